@@ -1,0 +1,286 @@
+/* Backplane application C API: create a host, load plugins, enumerate
+ * devices and capabilities, create buffers and groups, run collectives, and
+ * read structured errors. Stable within a major version (see CHANGELOG.md).
+ *
+ * Conventions:
+ *  - Every fallible call returns bp_error*: NULL on success, else an error
+ *    the caller owns and frees with bp_error_destroy. Results go through
+ *    out-parameters, which are left untouched on failure.
+ *  - Structs start with struct_size (set it with sizeof) and next (NULL).
+ *  - Strings returned by the API are NUL-terminated UTF-8 and live as long
+ *    as the object they came from (the host for listings, the error for
+ *    error fields).
+ *  - Listings are count-then-get: bp_host_x_count(), then bp_host_x(i).
+ *  - A bp_host is thread-safe. A bp_group runs one collective at a time: a
+ *    second call while one is being started on another thread returns
+ *    BP_INVALID_ARGUMENT. */
+#ifndef BACKPLANE_BACKPLANE_H
+#define BACKPLANE_BACKPLANE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backplane/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BP_API_VERSION_MAJOR 1
+#define BP_API_VERSION_MINOR 0
+
+#if defined(__GNUC__)
+#define BP_API __attribute__((visibility("default")))
+#else
+#define BP_API
+#endif
+
+typedef struct bp_host bp_host;
+typedef struct bp_device bp_device; /* borrowed from its host */
+typedef struct bp_buffer bp_buffer;
+typedef struct bp_group bp_group;
+typedef struct bp_event bp_event;
+typedef struct bp_error bp_error;
+
+/* ---- errors ------------------------------------------------------------ */
+
+BP_API bp_code bp_error_code(const bp_error *error);
+/* One line naming the thing and the reason. */
+BP_API const char *bp_error_message(const bp_error *error);
+/* The whole structured error as a JSON object: code, message, and the
+ * context fields (operation, dtype, reduce_op, devices, plugin, file,
+ * alternatives, hint, ...). */
+BP_API const char *bp_error_json(const bp_error *error);
+/* One context field: a string field as its text, any other as JSON text;
+ * NULL when the error has no such field. "hint" and "alternatives" included. */
+BP_API const char *bp_error_field(const bp_error *error, const char *key);
+BP_API void bp_error_destroy(bp_error *error);
+
+/* Stable names ("UNSUPPORTED_DTYPE", "f32", "sum", "all_reduce") and their
+ * inverses (false when the name is unknown). */
+BP_API const char *bp_code_name(bp_code code);
+BP_API const char *bp_dtype_name(bp_dtype dtype);
+BP_API const char *bp_reduce_op_name(bp_reduce_op op);
+BP_API const char *bp_collective_name(bp_collective collective);
+BP_API size_t bp_dtype_size(bp_dtype dtype); /* 0 for a value out of range */
+BP_API bool bp_dtype_from_name(const char *name, bp_dtype *out);
+BP_API bool bp_reduce_op_from_name(const char *name, bp_reduce_op *out);
+BP_API bool bp_collective_from_name(const char *name, bp_collective *out);
+
+/* ---- host -------------------------------------------------------------- */
+
+/* host flags */
+#define BP_HOST_IGNORE_ENV_PATH 0x1u     /* skip BACKPLANE_PLUGIN_PATH */
+#define BP_HOST_IGNORE_INSTALL_PATH 0x2u /* skip the install directory */
+
+typedef struct bp_host_options {
+  size_t struct_size;
+  const void *next;
+  /* Directories searched first, in order; borrowed for the call. */
+  const char *const *plugin_dirs;
+  size_t plugin_dir_count;
+  uint32_t flags; /* BP_HOST_* */
+  /* Options per device kind, a JSON object such as {"cpu": {"devices": 8}};
+   * passed to the owning plugin before its devices are enumerated. May be NULL. */
+  const char *plugin_options_json;
+} bp_host_options;
+#define BP_HOST_OPTIONS_SIZE_V1_0 BP_STRUCT_SIZE(bp_host_options, plugin_options_json)
+
+/* Create a host and load every plugin found in the search order: the
+ * options' plugin_dirs, then BACKPLANE_PLUGIN_PATH (colon-separated, read
+ * with secure_getenv), then the install directory next to this library.
+ * A plugin that fails to load does not fail the host: it is listed by
+ * bp_host_refused. `options` may be NULL. */
+BP_API bp_error *bp_host_create(const bp_host_options *options, bp_host **out);
+/* Destroys the host's groups, devices and buffers' plugins; buffers and
+ * events must be destroyed first. */
+BP_API void bp_host_destroy(bp_host *host);
+/* Load one more plugin file, outside the search path. A refusal is both
+ * returned and listed by bp_host_refused. */
+BP_API bp_error *bp_host_load_plugin(bp_host *host, const char *path);
+
+typedef struct bp_plugin_info {
+  size_t struct_size;
+  const void *next;
+  const char *name;
+  const char *version;
+  uint32_t abi_major;
+  uint32_t abi_minor;
+  const char *file;
+  const char *const *device_kinds;
+  size_t device_kind_count;
+} bp_plugin_info;
+#define BP_PLUGIN_INFO_SIZE_V1_0 BP_STRUCT_SIZE(bp_plugin_info, device_kind_count)
+
+BP_API size_t bp_host_plugin_count(const bp_host *host);
+BP_API bp_error *bp_host_plugin(const bp_host *host, size_t index, bp_plugin_info *out);
+
+/* Files that were found but refused; the error has "file" among its fields.
+ * The error is borrowed from the host. */
+BP_API size_t bp_host_refused_count(const bp_host *host);
+BP_API const bp_error *bp_host_refused(const bp_host *host, size_t index);
+
+/* ---- devices ----------------------------------------------------------- */
+
+typedef struct bp_device_info {
+  size_t struct_size;
+  const void *next;
+  const char *name;        /* "kind:index", e.g. "cpu:3" */
+  const char *kind;
+  uint32_t index;          /* within its kind */
+  const char *plugin;      /* owning plugin's name */
+  const char *description; /* the plugin's name and description of the device */
+  uint32_t flags;          /* BP_DEVICE_* */
+  uint64_t memory_bytes;
+} bp_device_info;
+#define BP_DEVICE_INFO_SIZE_V1_0 BP_STRUCT_SIZE(bp_device_info, memory_bytes)
+
+BP_API size_t bp_host_device_count(const bp_host *host);
+BP_API bp_device *bp_host_device(const bp_host *host, size_t index); /* NULL when out of range */
+/* By name: "kind:index" (e.g. "cpu:0"). */
+BP_API bp_error *bp_host_find_device(bp_host *host, const char *name, bp_device **out);
+BP_API bp_error *bp_device_get_info(const bp_device *device, bp_device_info *out);
+/* Through every layer to the base device (the device itself when it has none). */
+BP_API bp_device *bp_device_base(bp_device *device);
+
+/* ---- capabilities ------------------------------------------------------ */
+
+typedef struct bp_capability_info {
+  size_t struct_size;
+  const void *next;
+  const char *device_kind;
+  const char *plugin;
+  uint32_t collective; /* bp_collective */
+  uint32_t dtypes;     /* mask of (1u << bp_dtype) */
+  uint32_t reduce_ops; /* mask of (1u << bp_reduce_op) for reducing collectives, 0 else */
+  uint32_t flags;      /* BP_CAPABILITY_* */
+} bp_capability_info;
+#define BP_CAPABILITY_INFO_SIZE_V1_0 BP_STRUCT_SIZE(bp_capability_info, flags)
+
+/* The flattened table, one entry per (kind, collective, dtype) that runs
+ * at all, with the ops allowed for that dtype. */
+BP_API size_t bp_host_capability_count(const bp_host *host);
+BP_API bp_error *bp_host_capability(const bp_host *host, size_t index, bp_capability_info *out);
+
+/* ---- buffers ----------------------------------------------------------- */
+
+BP_API bp_error *bp_buffer_create(bp_device *device, size_t bytes, bp_buffer **out);
+/* Zero-copy: the buffer is the caller's memory, which must outlive it.
+ * Only on devices with BP_DEVICE_HOST_ADDRESSABLE. */
+BP_API bp_error *bp_buffer_wrap_host(bp_device *device, void *memory, size_t bytes, bp_buffer **out);
+BP_API bp_error *bp_buffer_write(bp_buffer *buffer, size_t offset, const void *source, size_t bytes);
+BP_API bp_error *bp_buffer_read(const bp_buffer *buffer, size_t offset, void *destination, size_t bytes);
+BP_API size_t bp_buffer_size(const bp_buffer *buffer);
+BP_API bp_device *bp_buffer_device(const bp_buffer *buffer);
+BP_API void bp_buffer_destroy(bp_buffer *buffer);
+
+/* ---- groups ------------------------------------------------------------ */
+
+typedef enum bp_group_policy {
+  BP_POLICY_STAGE = 0,  /* mixed kinds run through host memory (not yet available) */
+  BP_POLICY_REJECT = 1  /* mixed kinds are refused */
+} bp_group_policy;
+
+typedef struct bp_group_options {
+  size_t struct_size;
+  const void *next;
+  const char *name;  /* may be NULL */
+  uint32_t policy;   /* bp_group_policy */
+} bp_group_options;
+#define BP_GROUP_OPTIONS_SIZE_V1_0 BP_STRUCT_SIZE(bp_group_options, policy)
+
+/* ranks[r] is rank r; a device may appear once. `options` may be NULL. */
+BP_API bp_error *bp_group_create(bp_host *host, bp_device *const *ranks, size_t rank_count,
+                                 const bp_group_options *options, bp_group **out);
+BP_API size_t bp_group_size(const bp_group *group);
+BP_API void bp_group_destroy(bp_group *group);
+
+/* Would this run? NULL if yes, else exactly the error the call would
+ * return for arguments that are otherwise valid. */
+BP_API bp_error *bp_group_check(bp_group *group, bp_collective collective, bp_dtype dtype,
+                                bp_reduce_op op);
+
+/* ---- collectives ------------------------------------------------------- */
+/* Buffers are indexed by rank; see types.h for each collective's counts and
+ * which entries may be NULL. recv[r] == send[r] means in place. Blocking
+ * calls return when the collective completed; _async calls return an event
+ * once it started. */
+
+BP_API bp_error *bp_all_reduce(bp_group *group, bp_buffer *const *send, bp_buffer *const *recv,
+                               size_t count, bp_dtype dtype, bp_reduce_op op);
+BP_API bp_error *bp_reduce(bp_group *group, bp_buffer *const *send, bp_buffer *const *recv,
+                           size_t count, bp_dtype dtype, bp_reduce_op op, uint32_t root);
+BP_API bp_error *bp_broadcast(bp_group *group, bp_buffer *const *send, bp_buffer *const *recv,
+                              size_t count, bp_dtype dtype, uint32_t root);
+BP_API bp_error *bp_all_gather(bp_group *group, bp_buffer *const *send, bp_buffer *const *recv,
+                               size_t count, bp_dtype dtype);
+BP_API bp_error *bp_reduce_scatter(bp_group *group, bp_buffer *const *send,
+                                   bp_buffer *const *recv, size_t count, bp_dtype dtype,
+                                   bp_reduce_op op);
+BP_API bp_error *bp_gather(bp_group *group, bp_buffer *const *send, bp_buffer *const *recv,
+                           size_t count, bp_dtype dtype, uint32_t root);
+BP_API bp_error *bp_scatter(bp_group *group, bp_buffer *const *send, bp_buffer *const *recv,
+                            size_t count, bp_dtype dtype, uint32_t root);
+BP_API bp_error *bp_all_to_all(bp_group *group, bp_buffer *const *send, bp_buffer *const *recv,
+                               size_t count, bp_dtype dtype);
+BP_API bp_error *bp_barrier(bp_group *group);
+
+/* Any collective through one argument struct; the calls above are this. */
+typedef struct bp_collective_request {
+  size_t struct_size;
+  const void *next;
+  uint32_t collective; /* bp_collective */
+  uint32_t dtype;      /* bp_dtype */
+  uint32_t reduce_op;  /* bp_reduce_op */
+  uint32_t root;
+  size_t count;
+  bp_buffer *const *send; /* group-size entries, borrowed for the call */
+  bp_buffer *const *recv;
+} bp_collective_request;
+#define BP_COLLECTIVE_REQUEST_SIZE_V1_0 BP_STRUCT_SIZE(bp_collective_request, recv)
+
+BP_API bp_error *bp_collective(bp_group *group, const bp_collective_request *request);
+BP_API bp_error *bp_collective_async(bp_group *group, const bp_collective_request *request,
+                                     bp_event **out);
+
+BP_API bp_error *bp_all_reduce_async(bp_group *group, bp_buffer *const *send,
+                                     bp_buffer *const *recv, size_t count, bp_dtype dtype,
+                                     bp_reduce_op op, bp_event **out);
+BP_API bp_error *bp_reduce_async(bp_group *group, bp_buffer *const *send, bp_buffer *const *recv,
+                                 size_t count, bp_dtype dtype, bp_reduce_op op, uint32_t root,
+                                 bp_event **out);
+BP_API bp_error *bp_broadcast_async(bp_group *group, bp_buffer *const *send,
+                                    bp_buffer *const *recv, size_t count, bp_dtype dtype,
+                                    uint32_t root, bp_event **out);
+BP_API bp_error *bp_all_gather_async(bp_group *group, bp_buffer *const *send,
+                                     bp_buffer *const *recv, size_t count, bp_dtype dtype,
+                                     bp_event **out);
+BP_API bp_error *bp_reduce_scatter_async(bp_group *group, bp_buffer *const *send,
+                                         bp_buffer *const *recv, size_t count, bp_dtype dtype,
+                                         bp_reduce_op op, bp_event **out);
+BP_API bp_error *bp_gather_async(bp_group *group, bp_buffer *const *send, bp_buffer *const *recv,
+                                 size_t count, bp_dtype dtype, uint32_t root, bp_event **out);
+BP_API bp_error *bp_scatter_async(bp_group *group, bp_buffer *const *send,
+                                  bp_buffer *const *recv, size_t count, bp_dtype dtype,
+                                  uint32_t root, bp_event **out);
+BP_API bp_error *bp_all_to_all_async(bp_group *group, bp_buffer *const *send,
+                                     bp_buffer *const *recv, size_t count, bp_dtype dtype,
+                                     bp_event **out);
+BP_API bp_error *bp_barrier_async(bp_group *group, bp_event **out);
+
+/* Wait up to timeout_ns (negative: no limit). BP_TIMEOUT leaves the event
+ * in flight; wait again or destroy it. Waiting on a completed event returns
+ * its outcome again. */
+BP_API bp_error *bp_event_wait(bp_event *event, int64_t timeout_ns);
+/* true once complete (successfully or not); bp_event_wait(e, 0) then gives
+ * the outcome. */
+BP_API bool bp_event_test(bp_event *event);
+/* An event still in flight is released to its plugin, which finishes it. */
+BP_API void bp_event_destroy(bp_event *event);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* BACKPLANE_BACKPLANE_H */

@@ -1,0 +1,344 @@
+// backplane.hpp: header-only RAII wrapper over the C API in backplane.h.
+// No logic of its own: every call forwards to the C function of the same
+// name. Failures come back as backplane::Result<T> (std::expected-style);
+// value() throws backplane::Exception for callers who prefer exceptions.
+#ifndef BACKPLANE_BACKPLANE_HPP
+#define BACKPLANE_BACKPLANE_HPP
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "backplane/backplane.h"
+
+namespace backplane {
+
+// An owned bp_error.
+class Error {
+ public:
+  explicit Error(bp_error *error) : error_(error, Deleter{}) {}
+  bp_code code() const { return bp_error_code(error_.get()); }
+  std::string_view code_name() const { return bp_code_name(code()); }
+  std::string_view message() const { return bp_error_message(error_.get()); }
+  std::string_view json() const { return bp_error_json(error_.get()); }
+  // A context field ("hint", "alternatives", "file", ...); empty when absent.
+  std::string field(const char *key) const {
+    const char *value = bp_error_field(error_.get(), key);
+    return value ? value : "";
+  }
+  bool has_field(const char *key) const { return bp_error_field(error_.get(), key) != nullptr; }
+  const bp_error *get() const { return error_.get(); }
+
+ private:
+  struct Deleter {
+    void operator()(bp_error *error) const { bp_error_destroy(error); }
+  };
+  std::shared_ptr<bp_error> error_;
+};
+
+class Exception : public std::runtime_error {
+ public:
+  explicit Exception(Error error)
+      : std::runtime_error(std::string(error.message())), error_(std::move(error)) {}
+  const Error &error() const { return error_; }
+
+ private:
+  Error error_;
+};
+
+// A value or the Error that prevented it.
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : state_(std::move(value)) {}
+  Result(Error error) : state_(std::move(error)) {}
+  bool has_value() const { return state_.index() == 0; }
+  explicit operator bool() const { return has_value(); }
+  T &value() & {
+    throw_if_error();
+    return std::get<0>(state_);
+  }
+  T &&value() && {
+    throw_if_error();
+    return std::move(std::get<0>(state_));
+  }
+  T &operator*() { return std::get<0>(state_); }
+  T *operator->() { return &std::get<0>(state_); }
+  const Error &error() const { return std::get<1>(state_); }
+
+ private:
+  void throw_if_error() const {
+    if (!has_value()) throw Exception(std::get<1>(state_));
+  }
+  std::variant<T, Error> state_;
+};
+
+// Result of a call with nothing to return.
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  explicit Status(bp_error *error) {
+    if (error) error_ = std::make_shared<Error>(error);
+  }
+  bool ok() const { return error_ == nullptr; }
+  explicit operator bool() const { return ok(); }
+  const Error &error() const { return *error_; }
+  void value() const {
+    if (error_) throw Exception(*error_);
+  }
+
+ private:
+  std::shared_ptr<Error> error_;
+};
+
+namespace detail {
+template <typename T, auto Destroy>
+struct Deleter {
+  void operator()(T *handle) const { Destroy(handle); }
+};
+template <typename T, auto Destroy>
+using Owned = std::unique_ptr<T, Deleter<T, Destroy>>;
+}  // namespace detail
+
+struct PluginInfo {
+  std::string name, version, file;
+  uint32_t abi_major = 0, abi_minor = 0;
+  std::vector<std::string> device_kinds;
+};
+
+struct DeviceInfo {
+  std::string name, kind, plugin, description;
+  uint32_t index = 0, flags = 0;
+  uint64_t memory_bytes = 0;
+};
+
+using CapabilityInfo = bp_capability_info;
+
+// A device, borrowed from its host.
+class Device {
+ public:
+  Device() = default;
+  explicit Device(bp_device *device) : device_(device) {}
+  bp_device *get() const { return device_; }
+  Result<DeviceInfo> info() const {
+    bp_device_info raw{};
+    raw.struct_size = sizeof raw;
+    if (bp_error *error = bp_device_get_info(device_, &raw)) return Error(error);
+    return DeviceInfo{raw.name,  raw.kind,  raw.plugin,      raw.description ? raw.description : "",
+                      raw.index, raw.flags, raw.memory_bytes};
+  }
+  Device base() const { return Device(bp_device_base(device_)); }
+
+ private:
+  bp_device *device_ = nullptr;
+};
+
+class Buffer {
+ public:
+  Buffer() = default;
+  explicit Buffer(bp_buffer *buffer) : buffer_(buffer) {}
+  static Result<Buffer> create(Device device, size_t bytes) {
+    bp_buffer *raw = nullptr;
+    if (bp_error *error = bp_buffer_create(device.get(), bytes, &raw)) return Error(error);
+    return Buffer(raw);
+  }
+  static Result<Buffer> wrap_host(Device device, void *memory, size_t bytes) {
+    bp_buffer *raw = nullptr;
+    if (bp_error *error = bp_buffer_wrap_host(device.get(), memory, bytes, &raw)) return Error(error);
+    return Buffer(raw);
+  }
+  Status write(size_t offset, const void *source, size_t bytes) {
+    return Status(bp_buffer_write(buffer_.get(), offset, source, bytes));
+  }
+  Status read(size_t offset, void *destination, size_t bytes) const {
+    return Status(bp_buffer_read(buffer_.get(), offset, destination, bytes));
+  }
+  template <typename T>
+  Status write(std::span<const T> values, size_t offset = 0) {
+    return write(offset, values.data(), values.size_bytes());
+  }
+  template <typename T>
+  Status read(std::span<T> values, size_t offset = 0) const {
+    return read(offset, values.data(), values.size_bytes());
+  }
+  size_t size() const { return bp_buffer_size(buffer_.get()); }
+  Device device() const { return Device(bp_buffer_device(buffer_.get())); }
+  bp_buffer *get() const { return buffer_.get(); }
+
+ private:
+  detail::Owned<bp_buffer, bp_buffer_destroy> buffer_;
+};
+
+class Event {
+ public:
+  Event() = default;
+  explicit Event(bp_event *event) : event_(event) {}
+  Status wait(int64_t timeout_ns = -1) { return Status(bp_event_wait(event_.get(), timeout_ns)); }
+  bool test() { return bp_event_test(event_.get()); }
+  bp_event *get() const { return event_.get(); }
+
+ private:
+  detail::Owned<bp_event, bp_event_destroy> event_;
+};
+
+// Raw buffer handles, one per rank, as the collectives take them.
+using Ranks = std::span<bp_buffer *const>;
+
+class Group {
+ public:
+  Group() = default;
+  explicit Group(bp_group *group) : group_(group) {}
+  size_t size() const { return bp_group_size(group_.get()); }
+  bp_group *get() const { return group_.get(); }
+
+  Status check(bp_collective collective, bp_dtype dtype, bp_reduce_op op = BP_SUM) const {
+    return Status(bp_group_check(group_.get(), collective, dtype, op));
+  }
+  Status run(const bp_collective_request &request) {
+    return Status(bp_collective(group_.get(), &request));
+  }
+  Result<Event> start(const bp_collective_request &request) {
+    bp_event *raw = nullptr;
+    if (bp_error *error = bp_collective_async(group_.get(), &request, &raw)) return Error(error);
+    return Event(raw);
+  }
+  Status all_reduce(Ranks send, Ranks recv, size_t count, bp_dtype dtype, bp_reduce_op op) {
+    return Status(bp_all_reduce(group_.get(), send.data(), recv.data(), count, dtype, op));
+  }
+  Status reduce(Ranks send, Ranks recv, size_t count, bp_dtype dtype, bp_reduce_op op, uint32_t root) {
+    return Status(bp_reduce(group_.get(), send.data(), recv.data(), count, dtype, op, root));
+  }
+  Status broadcast(Ranks send, Ranks recv, size_t count, bp_dtype dtype, uint32_t root) {
+    return Status(bp_broadcast(group_.get(), send.data(), recv.data(), count, dtype, root));
+  }
+  Status all_gather(Ranks send, Ranks recv, size_t count, bp_dtype dtype) {
+    return Status(bp_all_gather(group_.get(), send.data(), recv.data(), count, dtype));
+  }
+  Status reduce_scatter(Ranks send, Ranks recv, size_t count, bp_dtype dtype, bp_reduce_op op) {
+    return Status(bp_reduce_scatter(group_.get(), send.data(), recv.data(), count, dtype, op));
+  }
+  Status gather(Ranks send, Ranks recv, size_t count, bp_dtype dtype, uint32_t root) {
+    return Status(bp_gather(group_.get(), send.data(), recv.data(), count, dtype, root));
+  }
+  Status scatter(Ranks send, Ranks recv, size_t count, bp_dtype dtype, uint32_t root) {
+    return Status(bp_scatter(group_.get(), send.data(), recv.data(), count, dtype, root));
+  }
+  Status all_to_all(Ranks send, Ranks recv, size_t count, bp_dtype dtype) {
+    return Status(bp_all_to_all(group_.get(), send.data(), recv.data(), count, dtype));
+  }
+  Status barrier() { return Status(bp_barrier(group_.get())); }
+
+ private:
+  detail::Owned<bp_group, bp_group_destroy> group_;
+};
+
+struct HostOptions {
+  std::vector<std::string> plugin_dirs;
+  uint32_t flags = 0;
+  std::string plugin_options_json;  // empty: none
+};
+
+class Host {
+ public:
+  Host() = default;
+  explicit Host(bp_host *host) : host_(host) {}
+
+  static Result<Host> create(const HostOptions &options = {}) {
+    std::vector<const char *> dirs;
+    for (const std::string &dir : options.plugin_dirs) dirs.push_back(dir.c_str());
+    bp_host_options raw{};
+    raw.struct_size = sizeof raw;
+    raw.plugin_dirs = dirs.data();
+    raw.plugin_dir_count = dirs.size();
+    raw.flags = options.flags;
+    raw.plugin_options_json =
+        options.plugin_options_json.empty() ? nullptr : options.plugin_options_json.c_str();
+    bp_host *host = nullptr;
+    if (bp_error *error = bp_host_create(&raw, &host)) return Error(error);
+    return Host(host);
+  }
+
+  bp_host *get() const { return host_.get(); }
+
+  Status load_plugin(const std::string &path) {
+    return Status(bp_host_load_plugin(host_.get(), path.c_str()));
+  }
+
+  std::vector<PluginInfo> plugins() const {
+    std::vector<PluginInfo> plugins;
+    for (size_t i = 0; i < bp_host_plugin_count(host_.get()); ++i) {
+      bp_plugin_info raw{};
+      raw.struct_size = sizeof raw;
+      if (bp_error *error = bp_host_plugin(host_.get(), i, &raw)) {
+        bp_error_destroy(error);
+        continue;
+      }
+      PluginInfo info{raw.name, raw.version, raw.file, raw.abi_major, raw.abi_minor, {}};
+      for (size_t k = 0; k < raw.device_kind_count; ++k) info.device_kinds.emplace_back(raw.device_kinds[k]);
+      plugins.push_back(std::move(info));
+    }
+    return plugins;
+  }
+
+  // Refused plugin files; the errors are borrowed from the host.
+  std::vector<const bp_error *> refused() const {
+    std::vector<const bp_error *> refused;
+    for (size_t i = 0; i < bp_host_refused_count(host_.get()); ++i)
+      refused.push_back(bp_host_refused(host_.get(), i));
+    return refused;
+  }
+
+  std::vector<Device> devices() const {
+    std::vector<Device> devices;
+    for (size_t i = 0; i < bp_host_device_count(host_.get()); ++i)
+      devices.emplace_back(bp_host_device(host_.get(), i));
+    return devices;
+  }
+
+  Result<Device> find_device(const std::string &name) {
+    bp_device *device = nullptr;
+    if (bp_error *error = bp_host_find_device(host_.get(), name.c_str(), &device)) return Error(error);
+    return Device(device);
+  }
+
+  std::vector<CapabilityInfo> capabilities() const {
+    std::vector<CapabilityInfo> rows;
+    for (size_t i = 0; i < bp_host_capability_count(host_.get()); ++i) {
+      bp_capability_info raw{};
+      raw.struct_size = sizeof raw;
+      if (bp_error *error = bp_host_capability(host_.get(), i, &raw)) {
+        bp_error_destroy(error);
+        continue;
+      }
+      rows.push_back(raw);
+    }
+    return rows;
+  }
+
+  Result<Group> create_group(std::span<const Device> ranks, const char *name = nullptr,
+                             bp_group_policy policy = BP_POLICY_STAGE) {
+    std::vector<bp_device *> raw_ranks;
+    for (const Device &device : ranks) raw_ranks.push_back(device.get());
+    bp_group_options options{};
+    options.struct_size = sizeof options;
+    options.name = name;
+    options.policy = policy;
+    bp_group *group = nullptr;
+    if (bp_error *error = bp_group_create(host_.get(), raw_ranks.data(), raw_ranks.size(), &options, &group))
+      return Error(error);
+    return Group(group);
+  }
+
+ private:
+  detail::Owned<bp_host, bp_host_destroy> host_;
+};
+
+}  // namespace backplane
+
+#endif  // BACKPLANE_BACKPLANE_HPP

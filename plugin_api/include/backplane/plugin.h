@@ -1,0 +1,235 @@
+/* Backplane plugin ABI: everything a backend plugin (libbackplane_<name>.so)
+ * and the host agree on. C99, stable within a major version.
+ *
+ * Compatibility rule (tested in tests/abi_test.cpp):
+ *  - A plugin built against ABI major M loads in every host of major M,
+ *    whatever the minors on either side. Any other major is refused with
+ *    BP_PLUGIN_ABI naming both versions.
+ *  - Every struct starts with `size_t struct_size` and `const void *next`
+ *    (an extension chain, NULL today). A reader accepts any struct_size at
+ *    least the struct's first-release size (BP_..._SIZE_V1_0) and reads the
+ *    fields beyond what the writer sent as zero. Structs only grow at the end.
+ *  - Arrays of structs are strided by the first element's struct_size.
+ *  - Out-structs are allocated by the caller, who sets struct_size; the
+ *    callee writes only the fields that fit in it.
+ *
+ * Ownership: strings and arrays a plugin hands the host (descriptor,
+ * capability rows, device info) stay valid until the plugin's destroy
+ * returns. Strings are NUL-terminated UTF-8. Memory is freed by the side
+ * that allocated it.
+ *
+ * Errors: every fallible function returns a bp_code (BP_OK on success); on
+ * failure it first calls services->report_error(sink, code, message) with a
+ * one-line message naming the thing and the reason. No C++ exception may
+ * leave a plugin function (the host survives one, but marks the plugin
+ * failed). */
+#ifndef BACKPLANE_PLUGIN_H
+#define BACKPLANE_PLUGIN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backplane/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BP_PLUGIN_ABI_MAJOR 1
+#define BP_PLUGIN_ABI_MINOR 0
+
+#if defined(__GNUC__)
+#define BP_PLUGIN_EXPORT __attribute__((visibility("default")))
+#else
+#define BP_PLUGIN_EXPORT
+#endif
+
+/* Handles the plugin defines; the host only passes them back. */
+typedef struct bp_plugin_state bp_plugin_state;     /* one per bp_plugin_entry call */
+typedef struct bp_plugin_buffer bp_plugin_buffer;   /* memory on one device */
+typedef struct bp_plugin_comm bp_plugin_comm;       /* the plugin's side of a group */
+typedef struct bp_plugin_request bp_plugin_request; /* a started collective */
+
+/* Handle the host defines: where a failing call reports its error. */
+typedef struct bp_error_sink bp_error_sink;
+
+typedef enum bp_log_level {
+  BP_LOG_ERROR = 0,
+  BP_LOG_WARN = 1,
+  BP_LOG_INFO = 2,
+  BP_LOG_DEBUG = 3
+} bp_log_level;
+
+/* Services the host lends a plugin. Valid until the plugin's destroy returns. */
+typedef struct bp_host_services {
+  size_t struct_size;
+  const void *next;
+  /* Record the error of the failing call that was given `sink`. `code` is a
+   * bp_code other than BP_OK; `message` is copied. */
+  void (*report_error)(bp_error_sink *sink, int32_t code, const char *message);
+  /* Write one log line; the host filters by level and category
+   * (BACKPLANE_LOG). `context` is host_context below. */
+  void (*log)(void *context, int32_t level, const char *category, const char *message);
+  void *host_context;
+} bp_host_services;
+#define BP_HOST_SERVICES_SIZE_V1_0 BP_STRUCT_SIZE(bp_host_services, host_context)
+
+/* One row of the capability table: on every device of `device_kind`,
+ * `collective` runs for every element type in `dtypes` combined with every
+ * op in `reduce_ops`. Several rows may name the same (kind, collective);
+ * the host takes their union, so "avg for float types only" is two rows.
+ * For collectives that do not reduce, reduce_ops is 0 and the op is ignored;
+ * barrier's dtypes is 0. */
+typedef struct bp_capability {
+  size_t struct_size;
+  const void *next;
+  uint32_t device_kind; /* index into bp_plugin_descriptor.device_kinds */
+  uint32_t collective;  /* bp_collective */
+  uint32_t dtypes;      /* mask of (1u << bp_dtype) */
+  uint32_t reduce_ops;  /* mask of (1u << bp_reduce_op) */
+  uint32_t flags;       /* BP_CAPABILITY_* */
+} bp_capability;
+#define BP_CAPABILITY_SIZE_V1_0 BP_STRUCT_SIZE(bp_capability, flags)
+
+/* Out-struct of device_info. */
+typedef struct bp_plugin_device_info {
+  size_t struct_size;
+  const void *next;
+  const char *name;        /* out: the device's own name, e.g. "cpu logical device 3" */
+  const char *description; /* out: one line (vendor, driver, memory); may be NULL */
+  uint32_t flags;          /* out: BP_DEVICE_* */
+  uint64_t memory_bytes;   /* out: memory usable for buffers; 0 if unknown */
+  /* out: this device's own rows when it supports less than its kind
+   * declares (a subset of the kind's rows); NULL and 0 mean the kind's rows. */
+  const bp_capability *capabilities;
+  size_t capability_count;
+} bp_plugin_device_info;
+#define BP_PLUGIN_DEVICE_INFO_SIZE_V1_0 BP_STRUCT_SIZE(bp_plugin_device_info, capability_count)
+
+/* In-struct of collective_start. The host has already checked everything
+ * the capability table and the buffer sizes can tell (see types.h for the
+ * element counts of each collective), so a plugin may trust it. */
+typedef struct bp_collective_args {
+  size_t struct_size;
+  const void *next;
+  uint32_t collective; /* bp_collective */
+  uint32_t dtype;      /* bp_dtype; meaningless for barrier */
+  uint32_t reduce_op;  /* bp_reduce_op; meaningless unless the collective reduces */
+  uint32_t root;       /* rank of the root for reduce, broadcast, gather, scatter */
+  size_t count;        /* elements, per the table in types.h; may be 0 */
+  size_t rank_count;   /* the group's size: entries in send and recv */
+  /* Per rank, borrowed for the call. An entry is NULL where the collective
+   * does not use that rank's buffer (recv off the root for reduce and
+   * gather, send off the root for broadcast and scatter); both arrays are
+   * NULL for barrier. */
+  bp_plugin_buffer *const *send;
+  bp_plugin_buffer *const *recv;
+} bp_collective_args;
+#define BP_COLLECTIVE_ARGS_SIZE_V1_0 BP_STRUCT_SIZE(bp_collective_args, recv)
+
+/* The plugin's function table. Devices are addressed by (kind index into
+ * the descriptor's device_kinds, device index < device_count). Every entry
+ * is required unless it says "may be NULL". */
+typedef struct bp_plugin_functions {
+  size_t struct_size;
+  const void *next;
+
+  /* Release everything the state owns. Called once, last. */
+  void (*destroy)(bp_plugin_state *state);
+
+  /* Apply the options of one kind (a JSON object as text, from the host's
+   * options or the fleet file) before its devices are enumerated. May be
+   * NULL when the plugin takes no options. */
+  int32_t (*configure)(bp_plugin_state *state, uint32_t kind, const char *options_json,
+                       bp_error_sink *sink);
+
+  int32_t (*device_count)(bp_plugin_state *state, uint32_t kind, uint32_t *count,
+                          bp_error_sink *sink);
+  int32_t (*device_info)(bp_plugin_state *state, uint32_t kind, uint32_t device,
+                         bp_plugin_device_info *info, bp_error_sink *sink);
+
+  /* Buffers. The host checks offset + bytes against the buffer's size
+   * before calling write and read. */
+  int32_t (*buffer_create)(bp_plugin_state *state, uint32_t kind, uint32_t device, size_t bytes,
+                           bp_plugin_buffer **out, bp_error_sink *sink);
+  /* Wrap the caller's memory without copying; it stays the caller's and
+   * must outlive the buffer. May be NULL when no device addresses host memory. */
+  int32_t (*buffer_wrap_host)(bp_plugin_state *state, uint32_t kind, uint32_t device,
+                              void *memory, size_t bytes, bp_plugin_buffer **out,
+                              bp_error_sink *sink);
+  void (*buffer_destroy)(bp_plugin_state *state, bp_plugin_buffer *buffer);
+  int32_t (*buffer_write)(bp_plugin_state *state, bp_plugin_buffer *buffer, size_t offset,
+                          const void *source, size_t bytes, bp_error_sink *sink);
+  int32_t (*buffer_read)(bp_plugin_state *state, const bp_plugin_buffer *buffer, size_t offset,
+                         void *destination, size_t bytes, bp_error_sink *sink);
+
+  /* Communicators: set up once per group (contexts, scratch, kernels) so
+   * that no collective call allocates. devices[r] is rank r's device. */
+  int32_t (*comm_create)(bp_plugin_state *state, uint32_t kind, const uint32_t *devices,
+                         size_t device_count, bp_plugin_comm **out, bp_error_sink *sink);
+  void (*comm_destroy)(bp_plugin_state *state, bp_plugin_comm *comm);
+
+  /* Start a collective. On BP_OK, *out is a request to test or wait on, or
+   * NULL when the collective already completed. The host never starts two
+   * collectives on one comm at once. */
+  int32_t (*collective_start)(bp_plugin_state *state, bp_plugin_comm *comm,
+                              const bp_collective_args *args, bp_plugin_request **out,
+                              bp_error_sink *sink);
+  /* *done = true once the request completed; its error, if it failed, is
+   * returned (with report_error) by the call that sees it complete. */
+  int32_t (*request_test)(bp_plugin_state *state, bp_plugin_request *request, bool *done,
+                          bp_error_sink *sink);
+  /* Block until done or timeout_ns passed (negative: no limit). BP_TIMEOUT
+   * leaves the request in flight and valid. */
+  int32_t (*request_wait)(bp_plugin_state *state, bp_plugin_request *request,
+                          int64_t timeout_ns, bp_error_sink *sink);
+  /* Forget the request; when still in flight the plugin finishes or cancels
+   * it on its own, without touching the group's buffers afterwards. */
+  void (*request_release)(bp_plugin_state *state, bp_plugin_request *request);
+} bp_plugin_functions;
+#define BP_PLUGIN_FUNCTIONS_SIZE_V1_0 BP_STRUCT_SIZE(bp_plugin_functions, request_release)
+
+/* What a plugin is. */
+typedef struct bp_plugin_descriptor {
+  size_t struct_size;
+  const void *next;
+  uint32_t abi_major; /* BP_PLUGIN_ABI_MAJOR the plugin was built with */
+  uint32_t abi_minor;
+  const char *name;    /* [a-z0-9_]+, matches the file's libbackplane_<name>.so */
+  const char *version; /* semantic version, e.g. "0.1.0" */
+  const char *const *device_kinds; /* kinds this plugin owns, e.g. "cpu" */
+  size_t device_kind_count;
+  const bp_capability *capabilities;
+  size_t capability_count;
+  const bp_plugin_functions *functions;
+} bp_plugin_descriptor;
+#define BP_PLUGIN_DESCRIPTOR_SIZE_V1_0 BP_STRUCT_SIZE(bp_plugin_descriptor, functions)
+
+/* Argument of bp_plugin_entry. */
+typedef struct bp_plugin_entry_args {
+  size_t struct_size; /* in: set by the host */
+  const void *next;
+  uint32_t host_abi_major; /* in */
+  uint32_t host_abi_minor; /* in */
+  const bp_host_services *services; /* in: valid until destroy returns */
+  bp_error_sink *sink;              /* in: where a refusal reports why */
+  const bp_plugin_descriptor *descriptor; /* out: plugin-owned, valid until destroy */
+  bp_plugin_state *state;                 /* out: passed to every function */
+} bp_plugin_entry_args;
+#define BP_PLUGIN_ENTRY_ARGS_SIZE_V1_0 BP_STRUCT_SIZE(bp_plugin_entry_args, state)
+
+/* The one symbol a plugin exports. Returns BP_OK with descriptor and state
+ * set, or a refusal code (BP_PLUGIN_INIT, BP_PLUGIN_ABI, ...) after
+ * reporting why through args->sink. Called once per host that loads the
+ * plugin, so two hosts in one process get two states. */
+typedef int32_t (*bp_plugin_entry_fn)(bp_plugin_entry_args *args);
+#define BP_PLUGIN_ENTRY_SYMBOL "bp_plugin_entry"
+
+BP_PLUGIN_EXPORT int32_t bp_plugin_entry(bp_plugin_entry_args *args);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* BACKPLANE_PLUGIN_H */

@@ -1,0 +1,104 @@
+/* Backplane: the vocabulary shared by both stable C ABIs (plugin.h for plugin
+ * authors, backplane.h for applications). Every value here is frozen once
+ * released: new values are appended, none is renumbered or removed. */
+#ifndef BACKPLANE_TYPES_H
+#define BACKPLANE_TYPES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Structured error codes. Stable: the numbers are part of the ABI. */
+typedef enum bp_code {
+  BP_OK = 0,
+  BP_INVALID_ARGUMENT = 1,
+  BP_UNSUPPORTED_DEVICE = 2,
+  BP_UNSUPPORTED_COLLECTIVE = 3,
+  BP_UNSUPPORTED_DTYPE = 4,
+  BP_UNSUPPORTED_REDUCE_OP = 5,
+  BP_MIXED_DEVICE_KINDS = 6,
+  BP_NESTED_LAYER = 7,
+  BP_PLUGIN_NOT_FOUND = 8,
+  BP_PLUGIN_LOAD = 9,
+  BP_PLUGIN_ABI = 10,
+  BP_PLUGIN_INIT = 11,
+  BP_PLUGIN_CONFLICT = 12,
+  BP_CONFIG = 13,
+  BP_DEVICE_FAILURE = 14,
+  BP_OUT_OF_MEMORY = 15,
+  BP_TIMEOUT = 16,
+  BP_INTERNAL = 17
+} bp_code;
+#define BP_CODE_COUNT 18
+
+/* Element types. Bit (1u << type) of a dtype mask stands for the type. */
+typedef enum bp_dtype {
+  BP_F16 = 0,
+  BP_BF16 = 1,
+  BP_F32 = 2,
+  BP_F64 = 3,
+  BP_I8 = 4,
+  BP_U8 = 5,
+  BP_I32 = 6,
+  BP_U32 = 7,
+  BP_I64 = 8,
+  BP_U64 = 9
+} bp_dtype;
+#define BP_DTYPE_COUNT 10
+
+/* Reduction operators. Bit (1u << op) of an op mask stands for the op.
+ * BP_AVG is the sum divided by the group size. */
+typedef enum bp_reduce_op {
+  BP_SUM = 0,
+  BP_PROD = 1,
+  BP_MIN = 2,
+  BP_MAX = 3,
+  BP_AVG = 4
+} bp_reduce_op;
+#define BP_REDUCE_OP_COUNT 5
+
+/* Collectives. Element counts follow NCCL's conventions, with n ranks:
+ *   all_reduce      send: count        recv: count
+ *   reduce          send: count        recv: count (root only)
+ *   broadcast       send: count (root) recv: count
+ *   all_gather      send: count        recv: count * n (rank r's block at r)
+ *   reduce_scatter  send: count * n    recv: count (rank r gets block r)
+ *   gather          send: count        recv: count * n (root only)
+ *   scatter         send: count * n (root only)  recv: count
+ *   all_to_all      send: count * n    recv: count * n (block j goes to rank j)
+ *   barrier         no buffers
+ * In place: send[r] == recv[r]. For all_gather and gather the rank's own
+ * contribution is then read from block r of recv; for reduce_scatter and
+ * scatter the result is written to block r of send. */
+typedef enum bp_collective {
+  BP_ALL_REDUCE = 0,
+  BP_REDUCE = 1,
+  BP_BROADCAST = 2,
+  BP_ALL_GATHER = 3,
+  BP_REDUCE_SCATTER = 4,
+  BP_GATHER = 5,
+  BP_SCATTER = 6,
+  BP_ALL_TO_ALL = 7,
+  BP_BARRIER = 8
+} bp_collective;
+#define BP_COLLECTIVE_COUNT 9
+
+/* Capability flags. */
+#define BP_CAPABILITY_IN_PLACE 0x1u     /* send[r] == recv[r] accepted */
+#define BP_CAPABILITY_OUT_OF_PLACE 0x2u /* distinct send and recv accepted */
+
+/* Device flags. */
+#define BP_DEVICE_HOST_ADDRESSABLE 0x1u /* buffers may wrap host memory */
+
+/* Size of a struct up to and including FIELD: what a reader compares
+ * struct_size against to know whether FIELD was sent. */
+#define BP_STRUCT_SIZE(type, field) (offsetof(type, field) + sizeof(((type *)0)->field))
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* BACKPLANE_TYPES_H */

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package Backplane needs to build and test.
+# Idempotent: packages already present are left alone. Run as root.
+set -euo pipefail
+
+packages=(
+  # toolchain
+  build-essential g++ clang cmake ninja-build pkg-config git
+  # host: plugin loading (Boost.DLL, header-only), JSON, CLI
+  libboost-dev nlohmann-json3-dev libcli11-dev
+  # SIMD for the CPU plugin's reductions
+  libhwy-dev
+  # tests and micro-benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+
+missing=()
+for package in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q '^install ok installed$'; then
+    missing+=("$package")
+  fi
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages already installed"
+  exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: missing packages: ${missing[*]}; run this script as root" >&2
+  exit 1
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q --no-install-recommends "${missing[@]}"
