@@ -240,9 +240,9 @@ typedef struct bp_collective_request {
 } bp_collective_request;
 #define BP_COLLECTIVE_REQUEST_SIZE_V1_0 BP_STRUCT_SIZE(bp_collective_request, recv)
 
-BP_API bp_error *bp_collective(bp_group *group, const bp_collective_request *request);
-BP_API bp_error *bp_collective_async(bp_group *group, const bp_collective_request *request,
-                                     bp_event **out);
+BP_API bp_error *bp_run_collective(bp_group *group, const bp_collective_request *request);
+BP_API bp_error *bp_run_collective_async(bp_group *group, const bp_collective_request *request,
+                                         bp_event **out);
 
 BP_API bp_error *bp_all_reduce_async(bp_group *group, bp_buffer *const *send,
                                      bp_buffer *const *recv, size_t count, bp_dtype dtype,

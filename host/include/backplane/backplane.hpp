@@ -201,11 +201,11 @@ class Group {
     return Status(bp_group_check(group_.get(), collective, dtype, op));
   }
   Status run(const bp_collective_request &request) {
-    return Status(bp_collective(group_.get(), &request));
+    return Status(bp_run_collective(group_.get(), &request));
   }
   Result<Event> start(const bp_collective_request &request) {
     bp_event *raw = nullptr;
-    if (bp_error *error = bp_collective_async(group_.get(), &request, &raw)) return Error(error);
+    if (bp_error *error = bp_run_collective_async(group_.get(), &request, &raw)) return Error(error);
     return Event(raw);
   }
   Status all_reduce(Ranks send, Ranks recv, size_t count, bp_dtype dtype, bp_reduce_op op) {

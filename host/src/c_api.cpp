@@ -1,0 +1,538 @@
+// The application C API (backplane.h): argument checks, the guard that keeps
+// every C++ exception inside the library, and the out-struct convention.
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <shared_mutex>
+
+#include "host.hpp"
+#include "log.hpp"
+#include "names.hpp"
+
+namespace backplane {
+namespace {
+
+// Runs `body` (returning Status) and converts the outcome; nothing thrown
+// crosses the C boundary.
+template <typename Body>
+bp_error *guarded(Body &&body) noexcept {
+  try {
+    return to_c_error(body());
+  } catch (const std::bad_alloc &) {
+    return out_of_memory_error();
+  } catch (const std::exception &exception) {
+    try {
+      return to_c_error(Error(BP_INTERNAL, std::string("internal error: ") + exception.what()));
+    } catch (...) {
+      return out_of_memory_error();
+    }
+  } catch (...) {
+    return out_of_memory_error();
+  }
+}
+
+Status null_argument(const char *function, const char *argument) {
+  return Error(BP_INVALID_ARGUMENT, std::string(function) + ": " + argument + " is NULL");
+}
+
+// Out-structs: the caller set struct_size; write what fits, keep theirs.
+template <typename T>
+Status write_out(const char *function, T *out, const T &full, size_t first_release_size) {
+  if (!out) return null_argument(function, "out");
+  if (out->struct_size < first_release_size) {
+    return Error(BP_INVALID_ARGUMENT, std::string(function) + ": out->struct_size is " +
+                                          std::to_string(out->struct_size) + ", less than its 1.0 size " +
+                                          std::to_string(first_release_size))
+        .hint("set struct_size = sizeof the struct before the call");
+  }
+  const size_t size = out->struct_size;
+  std::memcpy(out, &full, std::min(size, sizeof(T)));
+  out->struct_size = size;
+  return {};
+}
+
+Status plugin_not_found(const bp_host &host, const std::string &kind, const std::string &asked) {
+  nlohmann::json known = nlohmann::json::array(), refused = nlohmann::json::array();
+  for (const auto &registered : host.kinds) known.push_back(registered->name);
+  for (const RefusedPlugin &record : host.refused)
+    refused.push_back(nlohmann::json::parse(bp_error_json(record.error)));
+  std::string message = "device '" + asked + "': no loaded plugin provides device kind '" + kind + "'";
+  message += known.empty() ? " (no plugin is loaded)" : " (loaded kinds: " + known.dump() + ")";
+  if (!refused.empty()) message += "; " + std::to_string(refused.size()) + " plugin file(s) were refused";
+  return Error(BP_PLUGIN_NOT_FOUND, message)
+      .with("device_kind", kind)
+      .with("known_kinds", known)
+      .with("refused", refused)
+      .hint("copy libbackplane_" + kind + ".so into a plugin directory, or see why it was refused");
+}
+
+Status find_device(bp_host &host, const char *name, bp_device **out) {
+  if (!name) return null_argument("bp_host_find_device", "name");
+  if (!out) return null_argument("bp_host_find_device", "out");
+  std::shared_lock lock(host.mutex);
+  for (const auto &device : host.devices) {
+    if (device->name == name) {
+      *out = device.get();
+      return {};
+    }
+  }
+  const std::string asked = name;
+  const size_t colon = asked.rfind(':');
+  if (colon == std::string::npos) {
+    return Error(BP_INVALID_ARGUMENT, "device '" + asked + "' is not of the form kind:index")
+        .hint("name a device as kind:index, e.g. cpu:0");
+  }
+  const std::string kind = asked.substr(0, colon);
+  size_t count = 0;
+  bool known = false;
+  for (const auto &registered : host.kinds) known = known || registered->name == kind;
+  if (!known) return plugin_not_found(host, kind, asked);
+  for (const auto &device : host.devices) count += device->kind->name == kind;
+  return Error(BP_INVALID_ARGUMENT, "device '" + asked + "' does not exist: device kind '" + kind + "' has " +
+                                        std::to_string(count) + " device(s)")
+      .with("device_kind", kind)
+      .hint(count ? "use an index below " + std::to_string(count) : "this machine has no " + kind + " device");
+}
+
+Status create_buffer(bp_device *device, void *memory, size_t bytes, bool wrap, bp_buffer **out) {
+  const char *function = wrap ? "bp_buffer_wrap_host" : "bp_buffer_create";
+  if (!device) return null_argument(function, "device");
+  if (!out) return null_argument(function, "out");
+  LoadedPlugin &plugin = *device->kind->plugin;
+  const uint32_t kind = device->kind->index_in_plugin;
+  auto buffer = std::make_unique<bp_buffer>();
+  buffer->device = device;
+  buffer->bytes = bytes;
+  Status status;
+  if (wrap) {
+    if (!memory && bytes > 0) return null_argument(function, "memory");
+    if (!(device->flags & BP_DEVICE_HOST_ADDRESSABLE) || !plugin.functions.buffer_wrap_host) {
+      return Error(BP_UNSUPPORTED_DEVICE, "bp_buffer_wrap_host: device '" + device->name +
+                                              "' cannot address host memory")
+          .with("devices", nlohmann::json::array({device->describe()}))
+          .with("plugin", {{"name", plugin.name}, {"version", plugin.version}})
+          .hint("create a buffer with bp_buffer_create and copy into it with bp_buffer_write");
+    }
+    status = call_plugin(plugin, "buffer_wrap_host", [&](bp_error_sink *sink) {
+      return plugin.functions.buffer_wrap_host(plugin.state, kind, device->index, memory, bytes, &buffer->handle,
+                                               sink);
+    });
+  } else {
+    status = call_plugin(plugin, "buffer_create", [&](bp_error_sink *sink) {
+      return plugin.functions.buffer_create(plugin.state, kind, device->index, bytes, &buffer->handle, sink);
+    });
+  }
+  if (!status) {
+    Error error = status.take_error();
+    error.with("devices", nlohmann::json::array({device->describe()})).with("bytes", bytes);
+    return error;
+  }
+  *out = buffer.release();
+  return {};
+}
+
+Status check_range(const char *function, const bp_buffer *buffer, size_t offset, const void *data, size_t bytes) {
+  if (!buffer) return null_argument(function, "buffer");
+  if (!data && bytes > 0) return null_argument(function, "host pointer");
+  size_t end = 0;
+  if (__builtin_add_overflow(offset, bytes, &end) || end > buffer->bytes) {
+    return Error(BP_INVALID_ARGUMENT, std::string(function) + ": bytes [" + std::to_string(offset) + ", " +
+                                          std::to_string(offset) + " + " + std::to_string(bytes) +
+                                          ") fall outside the buffer of " + std::to_string(buffer->bytes) +
+                                          " bytes on '" + buffer->device->name + "'");
+  }
+  return {};
+}
+
+Status create_group(bp_host *host, bp_device *const *ranks, size_t rank_count, const bp_group_options *options,
+                    bp_group **out) {
+  constexpr const char *function = "bp_group_create";
+  if (!host) return null_argument(function, "host");
+  if (!ranks) return null_argument(function, "ranks");
+  if (!out) return null_argument(function, "out");
+  if (rank_count == 0) return Error(BP_INVALID_ARGUMENT, "bp_group_create: a group needs at least one device");
+  if (options && options->struct_size < BP_GROUP_OPTIONS_SIZE_V1_0)
+    return Error(BP_INVALID_ARGUMENT, "bp_group_create: options->struct_size is below its 1.0 size");
+  auto group = std::make_unique<bp_group>();
+  group->host = host;
+  if (options) {
+    group->name = options->name ? options->name : "";
+    group->policy = options->policy;
+    if (group->policy != BP_POLICY_STAGE && group->policy != BP_POLICY_REJECT)
+      return Error(BP_INVALID_ARGUMENT, "bp_group_create: unknown policy " + std::to_string(group->policy));
+  }
+  for (size_t rank = 0; rank < rank_count; ++rank) {
+    bp_device *device = ranks[rank];
+    if (!device) return Error(BP_INVALID_ARGUMENT, "bp_group_create: ranks[" + std::to_string(rank) + "] is NULL");
+    if (device->host != host) {
+      return Error(BP_INVALID_ARGUMENT, "bp_group_create: ranks[" + std::to_string(rank) + "] ('" + device->name +
+                                            "') belongs to another host");
+    }
+    for (size_t earlier = 0; earlier < rank; ++earlier) {
+      if (ranks[earlier] == device) {
+        return Error(BP_INVALID_ARGUMENT, "bp_group_create: device '" + device->name + "' is rank " +
+                                              std::to_string(earlier) + " and rank " + std::to_string(rank))
+            .hint("a device may appear once in a group");
+      }
+    }
+    group->ranks.push_back(device);
+  }
+  group->send_handles.resize(rank_count);
+  group->recv_handles.resize(rank_count);
+  DeviceKind *kind = group->ranks[0]->kind;
+  const bool one_kind = std::all_of(group->ranks.begin(), group->ranks.end(),
+                                    [&](const bp_device *device) { return device->kind == kind; });
+  if (one_kind) {
+    group->kind = kind;
+    group->capabilities = kind->capabilities;
+    for (const bp_device *device : group->ranks) group->capabilities.intersect(device->capabilities());
+    std::vector<uint32_t> indices;
+    for (const bp_device *device : group->ranks) indices.push_back(device->index);
+    LoadedPlugin &plugin = *kind->plugin;
+    Status status = call_plugin(plugin, "comm_create", [&](bp_error_sink *sink) {
+      return plugin.functions.comm_create(plugin.state, kind->index_in_plugin, indices.data(), indices.size(),
+                                          &group->comm, sink);
+    });
+    if (!status) return status;
+  }
+  *out = group.release();
+  return {};
+}
+
+bp_collective_request make_request(bp_collective collective, bp_buffer *const *send, bp_buffer *const *recv,
+                                   size_t count, bp_dtype dtype, bp_reduce_op op, uint32_t root) {
+  bp_collective_request request{};
+  request.struct_size = sizeof request;
+  request.collective = collective;
+  request.dtype = dtype;
+  request.reduce_op = op;
+  request.root = root;
+  request.count = count;
+  request.send = send;
+  request.recv = recv;
+  return request;
+}
+
+bp_error *run(bp_collective_request request, bp_group *group) noexcept {
+  return guarded([&] { return run_collective(group, &request); });
+}
+
+bp_error *run_async(bp_collective_request request, bp_group *group, bp_event **out) noexcept {
+  return guarded([&]() -> Status {
+    if (!out) return null_argument(collective_name(request.collective), "out event");
+    Expected<bp_event *> event = start_collective(group, &request);
+    if (!event) return event.take_error();
+    *out = *event;
+    return {};
+  });
+}
+
+}  // namespace
+}  // namespace backplane
+
+using namespace backplane;
+
+extern "C" {
+
+bp_error *bp_host_create(const bp_host_options *options, bp_host **out) {
+  return guarded([&]() -> Status {
+    if (!out) return null_argument("bp_host_create", "out");
+    Expected<bp_host *> host = create_host(options);
+    if (!host) return host.take_error();
+    *out = *host;
+    return {};
+  });
+}
+
+void bp_host_destroy(bp_host *host) {
+  try {
+    delete host;
+  } catch (...) {
+    log(BP_LOG_ERROR, "host", "an exception escaped while destroying a host");
+  }
+}
+
+bp_error *bp_host_load_plugin(bp_host *host, const char *path) {
+  return guarded([&]() -> Status {
+    if (!host) return null_argument("bp_host_load_plugin", "host");
+    if (!path) return null_argument("bp_host_load_plugin", "path");
+    return load_plugin_file(*host, path);
+  });
+}
+
+size_t bp_host_plugin_count(const bp_host *host) {
+  if (!host) return 0;
+  std::shared_lock lock(host->mutex);
+  return host->plugins.size();
+}
+
+bp_error *bp_host_plugin(const bp_host *host, size_t index, bp_plugin_info *out) {
+  return guarded([&]() -> Status {
+    if (!host) return null_argument("bp_host_plugin", "host");
+    std::shared_lock lock(host->mutex);
+    if (index >= host->plugins.size())
+      return Error(BP_INVALID_ARGUMENT, "bp_host_plugin: index " + std::to_string(index) + " is past the " +
+                                            std::to_string(host->plugins.size()) + " loaded plugins");
+    const LoadedPlugin &plugin = *host->plugins[index];
+    bp_plugin_info info{};
+    info.struct_size = sizeof info;
+    info.name = plugin.name.c_str();
+    info.version = plugin.version.c_str();
+    info.abi_major = plugin.descriptor.abi_major;
+    info.abi_minor = plugin.descriptor.abi_minor;
+    info.file = plugin.file.c_str();
+    info.device_kinds = plugin.device_kind_pointers.data();
+    info.device_kind_count = plugin.device_kind_pointers.size();
+    return write_out("bp_host_plugin", out, info, BP_PLUGIN_INFO_SIZE_V1_0);
+  });
+}
+
+size_t bp_host_refused_count(const bp_host *host) {
+  if (!host) return 0;
+  std::shared_lock lock(host->mutex);
+  return host->refused.size();
+}
+
+const bp_error *bp_host_refused(const bp_host *host, size_t index) {
+  if (!host) return nullptr;
+  std::shared_lock lock(host->mutex);
+  return index < host->refused.size() ? host->refused[index].error : nullptr;
+}
+
+size_t bp_host_device_count(const bp_host *host) {
+  if (!host) return 0;
+  std::shared_lock lock(host->mutex);
+  return host->devices.size();
+}
+
+bp_device *bp_host_device(const bp_host *host, size_t index) {
+  if (!host) return nullptr;
+  std::shared_lock lock(host->mutex);
+  return index < host->devices.size() ? host->devices[index].get() : nullptr;
+}
+
+bp_error *bp_host_find_device(bp_host *host, const char *name, bp_device **out) {
+  return guarded([&]() -> Status {
+    if (!host) return null_argument("bp_host_find_device", "host");
+    return find_device(*host, name, out);
+  });
+}
+
+bp_error *bp_device_get_info(const bp_device *device, bp_device_info *out) {
+  return guarded([&]() -> Status {
+    if (!device) return null_argument("bp_device_get_info", "device");
+    bp_device_info info{};
+    info.struct_size = sizeof info;
+    info.name = device->name.c_str();
+    info.kind = device->kind->name.c_str();
+    info.index = device->index;
+    info.plugin = device->kind->plugin->name.c_str();
+    info.description = device->description.empty() ? device->plugin_device_name.c_str() : device->description.c_str();
+    info.flags = device->flags;
+    info.memory_bytes = device->memory_bytes;
+    return write_out("bp_device_get_info", out, info, BP_DEVICE_INFO_SIZE_V1_0);
+  });
+}
+
+bp_device *bp_device_base(bp_device *device) { return device; }
+
+size_t bp_host_capability_count(const bp_host *host) {
+  if (!host) return 0;
+  std::shared_lock lock(host->mutex);
+  return host->capability_listing.size();
+}
+
+bp_error *bp_host_capability(const bp_host *host, size_t index, bp_capability_info *out) {
+  return guarded([&]() -> Status {
+    if (!host) return null_argument("bp_host_capability", "host");
+    std::shared_lock lock(host->mutex);
+    if (index >= host->capability_listing.size())
+      return Error(BP_INVALID_ARGUMENT, "bp_host_capability: index " + std::to_string(index) + " is past the " +
+                                            std::to_string(host->capability_listing.size()) + " entries");
+    return write_out("bp_host_capability", out, host->capability_listing[index], BP_CAPABILITY_INFO_SIZE_V1_0);
+  });
+}
+
+bp_error *bp_buffer_create(bp_device *device, size_t bytes, bp_buffer **out) {
+  return guarded([&] { return create_buffer(device, nullptr, bytes, false, out); });
+}
+
+bp_error *bp_buffer_wrap_host(bp_device *device, void *memory, size_t bytes, bp_buffer **out) {
+  return guarded([&] { return create_buffer(device, memory, bytes, true, out); });
+}
+
+bp_error *bp_buffer_write(bp_buffer *buffer, size_t offset, const void *source, size_t bytes) {
+  return guarded([&]() -> Status {
+    if (Status status = check_range("bp_buffer_write", buffer, offset, source, bytes); !status) return status;
+    if (bytes == 0) return {};
+    LoadedPlugin &plugin = *buffer->device->kind->plugin;
+    return call_plugin(plugin, "buffer_write", [&](bp_error_sink *sink) {
+      return plugin.functions.buffer_write(plugin.state, buffer->handle, offset, source, bytes, sink);
+    });
+  });
+}
+
+bp_error *bp_buffer_read(const bp_buffer *buffer, size_t offset, void *destination, size_t bytes) {
+  return guarded([&]() -> Status {
+    if (Status status = check_range("bp_buffer_read", buffer, offset, destination, bytes); !status) return status;
+    if (bytes == 0) return {};
+    LoadedPlugin &plugin = *buffer->device->kind->plugin;
+    return call_plugin(plugin, "buffer_read", [&](bp_error_sink *sink) {
+      return plugin.functions.buffer_read(plugin.state, buffer->handle, offset, destination, bytes, sink);
+    });
+  });
+}
+
+size_t bp_buffer_size(const bp_buffer *buffer) { return buffer ? buffer->bytes : 0; }
+
+bp_device *bp_buffer_device(const bp_buffer *buffer) { return buffer ? buffer->device : nullptr; }
+
+void bp_buffer_destroy(bp_buffer *buffer) {
+  if (!buffer) return;
+  LoadedPlugin &plugin = *buffer->device->kind->plugin;
+  if (!plugin.failed.load()) {
+    try {
+      plugin.functions.buffer_destroy(plugin.state, buffer->handle);
+    } catch (...) {
+      Status ignored = plugin_threw(plugin, "buffer_destroy", "an exception");
+      (void)ignored;
+    }
+  }
+  delete buffer;
+}
+
+bp_error *bp_group_create(bp_host *host, bp_device *const *ranks, size_t rank_count, const bp_group_options *options,
+                          bp_group **out) {
+  return guarded([&] { return create_group(host, ranks, rank_count, options, out); });
+}
+
+size_t bp_group_size(const bp_group *group) { return group ? group->ranks.size() : 0; }
+
+void bp_group_destroy(bp_group *group) {
+  if (!group) return;
+  if (group->comm) {
+    LoadedPlugin &plugin = *group->kind->plugin;
+    if (!plugin.failed.load()) {
+      try {
+        plugin.functions.comm_destroy(plugin.state, group->comm);
+      } catch (...) {
+        Status ignored = plugin_threw(plugin, "comm_destroy", "an exception");
+        (void)ignored;
+      }
+    }
+  }
+  delete group;
+}
+
+bp_error *bp_group_check(bp_group *group, bp_collective collective, bp_dtype dtype, bp_reduce_op op) {
+  return guarded([&]() -> Status {
+    if (!group) return null_argument("bp_group_check", "group");
+    return check_support(*group, collective, dtype, op, 0);
+  });
+}
+
+bp_error *bp_run_collective(bp_group *group, const bp_collective_request *request) {
+  return guarded([&] { return run_collective(group, request); });
+}
+
+bp_error *bp_run_collective_async(bp_group *group, const bp_collective_request *request, bp_event **out) {
+  return guarded([&]() -> Status {
+    if (!out) return null_argument("bp_run_collective_async", "out");
+    Expected<bp_event *> event = start_collective(group, request);
+    if (!event) return event.take_error();
+    *out = *event;
+    return {};
+  });
+}
+
+bp_error *bp_all_reduce(bp_group *g, bp_buffer *const *send, bp_buffer *const *recv, size_t count, bp_dtype dtype,
+                        bp_reduce_op op) {
+  return run(make_request(BP_ALL_REDUCE, send, recv, count, dtype, op, 0), g);
+}
+bp_error *bp_reduce(bp_group *g, bp_buffer *const *send, bp_buffer *const *recv, size_t count, bp_dtype dtype,
+                    bp_reduce_op op, uint32_t root) {
+  return run(make_request(BP_REDUCE, send, recv, count, dtype, op, root), g);
+}
+bp_error *bp_broadcast(bp_group *g, bp_buffer *const *send, bp_buffer *const *recv, size_t count, bp_dtype dtype,
+                       uint32_t root) {
+  return run(make_request(BP_BROADCAST, send, recv, count, dtype, BP_SUM, root), g);
+}
+bp_error *bp_all_gather(bp_group *g, bp_buffer *const *send, bp_buffer *const *recv, size_t count, bp_dtype dtype) {
+  return run(make_request(BP_ALL_GATHER, send, recv, count, dtype, BP_SUM, 0), g);
+}
+bp_error *bp_reduce_scatter(bp_group *g, bp_buffer *const *send, bp_buffer *const *recv, size_t count,
+                            bp_dtype dtype, bp_reduce_op op) {
+  return run(make_request(BP_REDUCE_SCATTER, send, recv, count, dtype, op, 0), g);
+}
+bp_error *bp_gather(bp_group *g, bp_buffer *const *send, bp_buffer *const *recv, size_t count, bp_dtype dtype,
+                    uint32_t root) {
+  return run(make_request(BP_GATHER, send, recv, count, dtype, BP_SUM, root), g);
+}
+bp_error *bp_scatter(bp_group *g, bp_buffer *const *send, bp_buffer *const *recv, size_t count, bp_dtype dtype,
+                     uint32_t root) {
+  return run(make_request(BP_SCATTER, send, recv, count, dtype, BP_SUM, root), g);
+}
+bp_error *bp_all_to_all(bp_group *g, bp_buffer *const *send, bp_buffer *const *recv, size_t count, bp_dtype dtype) {
+  return run(make_request(BP_ALL_TO_ALL, send, recv, count, dtype, BP_SUM, 0), g);
+}
+bp_error *bp_barrier(bp_group *g) {
+  return run(make_request(BP_BARRIER, nullptr, nullptr, 0, BP_F32, BP_SUM, 0), g);
+}
+
+bp_error *bp_all_reduce_async(bp_group *g, bp_buffer *const *send, bp_buffer *const *recv, size_t count,
+                              bp_dtype dtype, bp_reduce_op op, bp_event **out) {
+  return run_async(make_request(BP_ALL_REDUCE, send, recv, count, dtype, op, 0), g, out);
+}
+bp_error *bp_reduce_async(bp_group *g, bp_buffer *const *send, bp_buffer *const *recv, size_t count, bp_dtype dtype,
+                          bp_reduce_op op, uint32_t root, bp_event **out) {
+  return run_async(make_request(BP_REDUCE, send, recv, count, dtype, op, root), g, out);
+}
+bp_error *bp_broadcast_async(bp_group *g, bp_buffer *const *send, bp_buffer *const *recv, size_t count,
+                             bp_dtype dtype, uint32_t root, bp_event **out) {
+  return run_async(make_request(BP_BROADCAST, send, recv, count, dtype, BP_SUM, root), g, out);
+}
+bp_error *bp_all_gather_async(bp_group *g, bp_buffer *const *send, bp_buffer *const *recv, size_t count,
+                              bp_dtype dtype, bp_event **out) {
+  return run_async(make_request(BP_ALL_GATHER, send, recv, count, dtype, BP_SUM, 0), g, out);
+}
+bp_error *bp_reduce_scatter_async(bp_group *g, bp_buffer *const *send, bp_buffer *const *recv, size_t count,
+                                  bp_dtype dtype, bp_reduce_op op, bp_event **out) {
+  return run_async(make_request(BP_REDUCE_SCATTER, send, recv, count, dtype, op, 0), g, out);
+}
+bp_error *bp_gather_async(bp_group *g, bp_buffer *const *send, bp_buffer *const *recv, size_t count, bp_dtype dtype,
+                          uint32_t root, bp_event **out) {
+  return run_async(make_request(BP_GATHER, send, recv, count, dtype, BP_SUM, root), g, out);
+}
+bp_error *bp_scatter_async(bp_group *g, bp_buffer *const *send, bp_buffer *const *recv, size_t count,
+                           bp_dtype dtype, uint32_t root, bp_event **out) {
+  return run_async(make_request(BP_SCATTER, send, recv, count, dtype, BP_SUM, root), g, out);
+}
+bp_error *bp_all_to_all_async(bp_group *g, bp_buffer *const *send, bp_buffer *const *recv, size_t count,
+                              bp_dtype dtype, bp_event **out) {
+  return run_async(make_request(BP_ALL_TO_ALL, send, recv, count, dtype, BP_SUM, 0), g, out);
+}
+bp_error *bp_barrier_async(bp_group *g, bp_event **out) {
+  return run_async(make_request(BP_BARRIER, nullptr, nullptr, 0, BP_F32, BP_SUM, 0), g, out);
+}
+
+bp_error *bp_event_wait(bp_event *event, int64_t timeout_ns) {
+  return guarded([&] { return wait_event(event, timeout_ns); });
+}
+
+bool bp_event_test(bp_event *event) {
+  try {
+    return test_event(event);
+  } catch (...) {
+    return false;
+  }
+}
+
+void bp_event_destroy(bp_event *event) {
+  try {
+    destroy_event(event);
+  } catch (...) {
+  }
+}
+
+}  // extern "C"

@@ -1,0 +1,377 @@
+// Dispatch of collectives, as DESIGN.md's "Dispatch, step by step":
+// (1) arguments, (2) ranks unwrapped to their base devices, (3) one kind
+// across the group, then the capability lookup, then the owning plugin.
+// The success path allocates nothing and takes no lock; errors are built
+// only on failure.
+#include <mutex>
+#include <shared_mutex>
+
+#include "host.hpp"
+#include "names.hpp"
+
+namespace backplane {
+namespace {
+
+std::string operation_text(uint32_t collective, uint32_t dtype, uint32_t op) {
+  if (collective == BP_BARRIER) return "barrier";
+  std::string text = std::string(collective_name(collective)) + "(" + dtype_name(dtype);
+  if (collective_reduces(collective)) text += std::string(", ") + reduce_op_name(op);
+  return text + ")";
+}
+
+nlohmann::json describe_ranks(const bp_group &group) {
+  nlohmann::json devices = nlohmann::json::array();
+  for (const bp_device *device : group.ranks) devices.push_back(device->describe());
+  return devices;
+}
+
+std::string rank_names(const bp_group &group, const std::vector<const bp_device *> &devices) {
+  std::string names;
+  for (const bp_device *device : devices) names += (names.empty() ? "'" : ", '") + device->name + "'";
+  if (!group.name.empty()) names += " of group '" + group.name + "'";
+  return names;
+}
+
+// The request's context, attached to every error about it.
+Error about(Error error, const bp_group &group, uint32_t collective, uint32_t dtype, uint32_t op) {
+  error.with("operation", collective_name(collective));
+  if (collective != BP_BARRIER) error.with("dtype", dtype_name(dtype));
+  if (collective_reduces(collective)) error.with("reduce_op", reduce_op_name(op));
+  error.with("devices", describe_ranks(group));
+  if (!group.name.empty()) error.with("group", group.name);
+  if (group.kind) {
+    error.with("plugin", {{"name", group.kind->plugin->name}, {"version", group.kind->plugin->version}});
+  }
+  return error;
+}
+
+Status invalid(const bp_group &group, uint32_t collective, uint32_t dtype, uint32_t op, const std::string &reason) {
+  return about(Error(BP_INVALID_ARGUMENT, operation_text(collective, dtype, op) + ": " + reason), group, collective,
+               dtype, op);
+}
+
+Status mixed_kinds(const bp_group &group, uint32_t collective, uint32_t dtype, uint32_t op) {
+  std::vector<std::string> kinds;
+  for (const bp_device *device : group.ranks) {
+    if (std::find(kinds.begin(), kinds.end(), device->kind->name) == kinds.end()) kinds.push_back(device->kind->name);
+  }
+  std::string list;
+  for (const std::string &kind : kinds) list += (list.empty() ? "" : ", ") + kind;
+  const std::string why = group.policy == BP_POLICY_REJECT
+                              ? "its policy is 'reject'"
+                              : "staging mixed kinds through host memory is not available in this version";
+  Error error(BP_MIXED_DEVICE_KINDS, operation_text(collective, dtype, op) + " on " +
+                                         rank_names(group, {group.ranks.begin(), group.ranks.end()}) +
+                                         " mixes device kinds " + list + ", and " + why);
+  error.with("kinds", kinds);
+  return std::move(about(std::move(error), group, collective, dtype, op))
+      .hint("create the group from devices of one kind (" + list + ")");
+}
+
+// Loaded kinds that run the request, and plugins that declare it but were refused.
+nlohmann::json find_alternatives(const bp_group &group, uint32_t collective, uint32_t dtype, uint32_t op,
+                                 uint32_t mode_flags) {
+  nlohmann::json alternatives = nlohmann::json::array();
+  const bp_host &host = *group.host;
+  std::shared_lock lock(host.mutex);
+  for (const auto &kind : host.kinds) {
+    if (kind.get() == group.kind) continue;
+    if (kind->capabilities.lookup(collective, dtype, op, mode_flags) == Support::yes)
+      alternatives.push_back({{"device_kind", kind->name}, {"plugin", kind->plugin->name}});
+  }
+  for (const RefusedPlugin &refused : host.refused) {
+    for (const auto &[kind, set] : refused.declared) {
+      if (set.lookup(collective, dtype, op, mode_flags) != Support::yes) continue;
+      alternatives.push_back({{"device_kind", kind},
+                              {"loaded", false},
+                              {"file", bp_error_field(refused.error, "file")},
+                              {"reason", bp_error_message(refused.error)}});
+    }
+  }
+  return alternatives;
+}
+
+Status unsupported(const bp_group &group, uint32_t collective, uint32_t dtype, uint32_t op, uint32_t mode_flags,
+                   Support why) {
+  const DeviceKind &kind = *group.kind;
+  const LoadedPlugin &plugin = *kind.plugin;
+  const CapabilitySet &declared = kind.capabilities;
+  const std::string operation = operation_text(collective, dtype, op);
+  const std::string plugin_text = "plugin " + plugin.name + " " + plugin.version;
+  std::vector<const bp_device *> lacking;  // the ranks that fall short
+  for (const bp_device *device : group.ranks) {
+    if (device->capabilities().lookup(collective, dtype, op, mode_flags) != Support::yes) lacking.push_back(device);
+  }
+  if (lacking.empty()) lacking.assign(group.ranks.begin(), group.ranks.end());
+  const std::string where = operation + " is not supported on " + (lacking.size() == 1 ? "device " : "devices ") +
+                            rank_names(group, lacking) + " (" + kind.name + "): ";
+
+  Support kind_answer = declared.lookup(collective, dtype, op, 0);
+  bp_code code = BP_UNSUPPORTED_DEVICE;
+  std::string reason, fallback_hint;
+  if (kind_answer == Support::no_collective) {
+    code = BP_UNSUPPORTED_COLLECTIVE;
+    reason = plugin_text + " does not declare " + collective_name(collective) + " for " + kind.name;
+    fallback_hint = "load a plugin that provides " + std::string(collective_name(collective)) + " for a device kind";
+  } else if (kind_answer == Support::no_dtype) {
+    code = BP_UNSUPPORTED_DTYPE;
+    reason = plugin_text + " supports " + dtype_list(declared.dtypes(collective)) + " for " + collective_name(collective);
+    fallback_hint = "convert the data to one of " + dtype_list(declared.dtypes(collective));
+  } else if (kind_answer == Support::no_reduce_op) {
+    code = BP_UNSUPPORTED_REDUCE_OP;
+    reason = plugin_text + " supports " + reduce_op_list(declared.reduce_ops(collective, dtype)) + " for " +
+             collective_name(collective) + " of " + dtype_name(dtype);
+    fallback_hint = "use one of " + reduce_op_list(declared.reduce_ops(collective, dtype)) + " for " + dtype_name(dtype);
+  } else if (why == Support::no_mode) {
+    const bool in_place = mode_flags & BP_CAPABILITY_IN_PLACE;
+    reason = plugin_text + " does not run " + collective_name(collective) + (in_place ? " in place" : " out of place");
+    fallback_hint = in_place ? "pass distinct send and recv buffers" : "pass the same buffer as send and recv";
+  } else {
+    reason = "the device declares less than its kind: " + plugin_text + " runs it on other " + kind.name + " devices";
+    fallback_hint = "create the group from devices that support it";
+  }
+  nlohmann::json alternatives = find_alternatives(group, collective, dtype, op, mode_flags);
+  std::string hint = fallback_hint;
+  for (const nlohmann::json &alternative : alternatives) {
+    if (alternative.contains("plugin")) {
+      hint = "use a " + alternative["device_kind"].get<std::string>() + " group: plugin " +
+             alternative["plugin"].get<std::string>() + " runs " + operation;
+      break;
+    }
+    hint = "plugin file '" + alternative["file"].get<std::string>() + "' declares " + operation +
+           " for " + alternative["device_kind"].get<std::string>() + " but failed to load; fix it";
+  }
+  Error error = about(Error(code, where + reason), group, collective, dtype, op);
+  error.with("alternatives", std::move(alternatives));
+  return std::move(error).hint(hint);
+}
+
+// Step 1 for one rank's buffer.
+Status check_buffer(const bp_group &group, const bp_collective_request &request, const char *side, size_t rank,
+                    const bp_buffer *buffer, size_t needed_bytes) {
+  if (!buffer) {
+    return invalid(group, request.collective, request.dtype, request.reduce_op,
+                   std::string(side) + "[" + std::to_string(rank) + "] is NULL");
+  }
+  if (buffer->device != group.ranks[rank]) {
+    return invalid(group, request.collective, request.dtype, request.reduce_op,
+                   std::string(side) + "[" + std::to_string(rank) + "] lives on '" + buffer->device->name +
+                       "', not on rank " + std::to_string(rank) + "'s device '" + group.ranks[rank]->name + "'");
+  }
+  if (buffer->bytes < needed_bytes) {
+    return invalid(group, request.collective, request.dtype, request.reduce_op,
+                   std::string(side) + "[" + std::to_string(rank) + "] on '" + buffer->device->name + "' holds " +
+                       std::to_string(buffer->bytes) + " bytes but needs " + std::to_string(needed_bytes) + " for " +
+                       std::to_string(request.count) + " " + dtype_name(request.dtype) + " elements");
+  }
+  return {};
+}
+
+// Whether a rank's send/recv buffer takes part, and how many bytes it needs.
+struct RankUse {
+  bool send, recv;
+  size_t send_bytes, recv_bytes;
+};
+
+RankUse rank_use(uint32_t collective, bool is_root, size_t block, size_t all_blocks) {
+  switch (collective) {
+    case BP_ALL_REDUCE: return {true, true, block, block};
+    case BP_REDUCE: return {true, is_root, block, block};
+    case BP_BROADCAST: return {is_root, true, block, block};
+    case BP_ALL_GATHER: return {true, true, block, all_blocks};
+    case BP_REDUCE_SCATTER: return {true, true, all_blocks, block};
+    case BP_GATHER: return {true, is_root, block, all_blocks};
+    case BP_SCATTER: return {is_root, true, all_blocks, block};
+    case BP_ALL_TO_ALL: return {true, true, all_blocks, all_blocks};
+    default: return {false, false, 0, 0};
+  }
+}
+
+// Step 1: everything about the arguments; fills the plugin handles and the
+// in-place/out-of-place flags the call needs.
+Status check_arguments(bp_group &group, const bp_collective_request &request, uint32_t *mode_flags) {
+  const uint32_t collective = request.collective, dtype = request.dtype, op = request.reduce_op;
+  if (collective >= BP_COLLECTIVE_COUNT)
+    return invalid(group, 0, 0, 0, "unknown collective " + std::to_string(collective));
+  if (collective != BP_BARRIER && dtype >= BP_DTYPE_COUNT)
+    return invalid(group, collective, 0, 0, "unknown element type " + std::to_string(dtype));
+  if (collective_reduces(collective) && op >= BP_REDUCE_OP_COUNT)
+    return invalid(group, collective, dtype, 0, "unknown reduce op " + std::to_string(op));
+  const size_t ranks = group.ranks.size();
+  if (collective_has_root(collective) && request.root >= ranks) {
+    return invalid(group, collective, dtype, op,
+                   "root " + std::to_string(request.root) + " is outside the group of " + std::to_string(ranks));
+  }
+  *mode_flags = 0;
+  if (collective == BP_BARRIER) return {};
+  if (!request.send || !request.recv) {
+    return invalid(group, collective, dtype, op,
+                   std::string(request.send ? "recv" : "send") + " is NULL; pass one buffer per rank");
+  }
+  size_t block = 0, all_blocks = 0;
+  if (__builtin_mul_overflow(request.count, dtype_size(dtype), &block) ||
+      __builtin_mul_overflow(block, ranks, &all_blocks)) {
+    return invalid(group, collective, dtype, op,
+                   "count " + std::to_string(request.count) + " overflows the size of a buffer");
+  }
+  for (size_t rank = 0; rank < ranks; ++rank) {
+    const RankUse use = rank_use(collective, rank == request.root, block, all_blocks);
+    bp_buffer *send = request.send[rank], *recv = request.recv[rank];
+    if (use.send) {
+      if (Status status = check_buffer(group, request, "send", rank, send, use.send_bytes); !status) return status;
+    }
+    if (use.recv) {
+      if (Status status = check_buffer(group, request, "recv", rank, recv, use.recv_bytes); !status) return status;
+    }
+    group.send_handles[rank] = use.send ? send->handle : nullptr;
+    group.recv_handles[rank] = use.recv ? recv->handle : nullptr;
+    if (use.send && use.recv) *mode_flags |= send == recv ? BP_CAPABILITY_IN_PLACE : BP_CAPABILITY_OUT_OF_PLACE;
+  }
+  return {};
+}
+
+// Marks the group busy for the scope; a second caller is refused.
+class GroupClaim {
+ public:
+  explicit GroupClaim(bp_group &group) : group_(group), claimed_(!group.busy.exchange(true, std::memory_order_acquire)) {}
+  ~GroupClaim() {
+    if (claimed_) group_.busy.store(false, std::memory_order_release);
+  }
+  bool claimed() const { return claimed_; }
+
+ private:
+  bp_group &group_;
+  bool claimed_;
+};
+
+Status start(bp_group *group, const bp_collective_request *given, bp_plugin_request **started,
+             const char **operation) {
+  if (!group) return Error(BP_INVALID_ARGUMENT, "group is NULL");
+  if (!given || given->struct_size < BP_COLLECTIVE_REQUEST_SIZE_V1_0)
+    return Error(BP_INVALID_ARGUMENT, "collective request is NULL or its struct_size is below its 1.0 size");
+  const bp_collective_request &request = *given;
+  GroupClaim claim(*group);
+  if (!claim.claimed()) {
+    return invalid(*group, request.collective, request.dtype, request.reduce_op,
+                   "the group is already starting a collective on another thread");
+  }
+  uint32_t mode_flags = 0;
+  if (Status status = check_arguments(*group, request, &mode_flags); !status) return status;
+  // Step 2 (layers) comes with the layer plugins; today every device is its own base.
+  if (!group->kind) return mixed_kinds(*group, request.collective, request.dtype, request.reduce_op);
+  Support support = group->capabilities.lookup(request.collective, request.dtype, request.reduce_op, mode_flags);
+  if (support != Support::yes)
+    return unsupported(*group, request.collective, request.dtype, request.reduce_op, mode_flags, support);
+
+  LoadedPlugin &plugin = *group->kind->plugin;
+  bp_collective_args args{};
+  args.struct_size = sizeof args;
+  args.collective = request.collective;
+  args.dtype = request.dtype;
+  args.reduce_op = request.reduce_op;
+  args.root = request.root;
+  args.count = request.count;
+  args.rank_count = group->ranks.size();
+  if (request.collective != BP_BARRIER) {
+    args.send = group->send_handles.data();
+    args.recv = group->recv_handles.data();
+  }
+  *operation = collective_name(request.collective);
+  Status status = call_plugin(plugin, "collective_start", [&](bp_error_sink *sink) {
+    return plugin.functions.collective_start(plugin.state, group->comm, &args, started, sink);
+  });
+  if (!status) return about(status.take_error(), *group, request.collective, request.dtype, request.reduce_op);
+  return {};
+}
+
+// Waits for a started request and releases it.
+Status finish(LoadedPlugin &plugin, bp_plugin_request *request, int64_t timeout_ns) {
+  Status status = call_plugin(plugin, "request_wait", [&](bp_error_sink *sink) {
+    return plugin.functions.request_wait(plugin.state, request, timeout_ns, sink);
+  });
+  return status;
+}
+
+void release(LoadedPlugin &plugin, bp_plugin_request *request) {
+  if (plugin.failed.load()) return;
+  try {
+    plugin.functions.request_release(plugin.state, request);
+  } catch (...) {
+    Status ignored = plugin_threw(plugin, "request_release", "an exception");
+    (void)ignored;
+  }
+}
+
+}  // namespace
+
+Status check_support(const bp_group &group, uint32_t collective, uint32_t dtype, uint32_t op, uint32_t mode_flags) {
+  if (collective >= BP_COLLECTIVE_COUNT)
+    return invalid(group, 0, 0, 0, "unknown collective " + std::to_string(collective));
+  if (collective != BP_BARRIER && dtype >= BP_DTYPE_COUNT)
+    return invalid(group, collective, 0, 0, "unknown element type " + std::to_string(dtype));
+  if (collective_reduces(collective) && op >= BP_REDUCE_OP_COUNT)
+    return invalid(group, collective, dtype, 0, "unknown reduce op " + std::to_string(op));
+  if (!group.kind) return mixed_kinds(group, collective, dtype, op);
+  Support support = group.capabilities.lookup(collective, dtype, op, mode_flags);
+  if (support != Support::yes) return unsupported(group, collective, dtype, op, mode_flags, support);
+  return {};
+}
+
+Status run_collective(bp_group *group, const bp_collective_request *request) {
+  bp_plugin_request *started = nullptr;
+  const char *operation = nullptr;
+  if (Status status = start(group, request, &started, &operation); !status) return status;
+  if (!started) return {};
+  LoadedPlugin &plugin = *group->kind->plugin;
+  Status status = finish(plugin, started, -1);
+  release(plugin, started);
+  return status;
+}
+
+Expected<bp_event *> start_collective(bp_group *group, const bp_collective_request *request) {
+  auto event = std::make_unique<bp_event>();
+  const char *operation = nullptr;
+  if (Status status = start(group, request, &event->request, &operation); !status) return status.take_error();
+  event->plugin = group->kind->plugin;
+  event->group = group;
+  event->complete = event->request == nullptr;
+  return event.release();
+}
+
+Status wait_event(bp_event *event, int64_t timeout_ns) {
+  if (!event) return Error(BP_INVALID_ARGUMENT, "event is NULL");
+  if (!event->complete) {
+    Status status = finish(*event->plugin, event->request, timeout_ns);
+    if (!status && status.error().code() == BP_TIMEOUT) return status;
+    release(*event->plugin, event->request);
+    event->request = nullptr;
+    event->complete = true;
+    if (!status) event->outcome = std::make_unique<Error>(status.take_error());
+  }
+  if (event->outcome) return Error(*event->outcome);
+  return {};
+}
+
+bool test_event(bp_event *event) {
+  if (!event) return false;
+  if (event->complete) return true;
+  bool done = false;
+  Status status = call_plugin(*event->plugin, "request_test", [&](bp_error_sink *sink) {
+    return event->plugin->functions.request_test(event->plugin->state, event->request, &done, sink);
+  });
+  if (!status || done) {
+    release(*event->plugin, event->request);
+    event->request = nullptr;
+    event->complete = true;
+    if (!status) event->outcome = std::make_unique<Error>(status.take_error());
+  }
+  return event->complete;
+}
+
+void destroy_event(bp_event *event) {
+  if (!event) return;
+  if (event->request) release(*event->plugin, event->request);
+  delete event;
+}
+
+}  // namespace backplane

@@ -1,0 +1,88 @@
+// The host's life cycle, its listings, buffers and groups.
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+
+#include "host.hpp"
+#include "log.hpp"
+#include "names.hpp"
+
+namespace backplane {
+
+void rebuild_capability_listing(bp_host &host) {
+  host.capability_listing.clear();
+  for (const auto &kind : host.kinds) {
+    const CapabilitySet &set = kind->capabilities;
+    for (uint32_t collective = 0; collective < BP_COLLECTIVE_COUNT; ++collective) {
+      if (!set.declares(collective)) continue;
+      auto add = [&](uint32_t dtypes, uint32_t ops) {
+        bp_capability_info info{};
+        info.struct_size = sizeof info;
+        info.device_kind = kind->name.c_str();
+        info.plugin = kind->plugin->name.c_str();
+        info.collective = collective;
+        info.dtypes = dtypes;
+        info.reduce_ops = ops;
+        info.flags = set.flags(collective);
+        host.capability_listing.push_back(info);
+      };
+      if (collective == BP_BARRIER) {
+        add(0, 0);
+        continue;
+      }
+      for (uint32_t dtype = 0; dtype < BP_DTYPE_COUNT; ++dtype) {
+        if (!(set.dtypes(collective) & (1u << dtype))) continue;
+        add(1u << dtype, collective_reduces(collective) ? set.reduce_ops(collective, dtype) : 0);
+      }
+    }
+  }
+}
+
+Expected<bp_host *> create_host(const bp_host_options *given) {
+  bp_host_options options{};
+  if (given) {
+    if (given->struct_size < BP_HOST_OPTIONS_SIZE_V1_0) {
+      return Error(BP_INVALID_ARGUMENT, "bp_host_options.struct_size is " + std::to_string(given->struct_size) +
+                                            ", less than its 1.0 size " +
+                                            std::to_string(BP_HOST_OPTIONS_SIZE_V1_0))
+          .hint("set struct_size = sizeof(bp_host_options)");
+    }
+    std::memcpy(&options, given, std::min(given->struct_size, sizeof options));
+    if (options.plugin_dir_count > 0 && !options.plugin_dirs)
+      return Error(BP_INVALID_ARGUMENT, "bp_host_options.plugin_dirs is NULL with a count of " +
+                                            std::to_string(options.plugin_dir_count));
+  }
+  auto host = std::make_unique<bp_host>();
+  if (options.plugin_options_json && *options.plugin_options_json) {
+    nlohmann::json parsed = nlohmann::json::parse(options.plugin_options_json, nullptr, false);
+    if (parsed.is_discarded() || !parsed.is_object()) {
+      return Error(BP_CONFIG, "plugin options are not a JSON object")
+          .with("plugin_options", options.plugin_options_json)
+          .hint("give an object keyed by device kind, e.g. {\"cpu\": {\"devices\": 8}}");
+    }
+    for (const auto &[kind, value] : parsed.items()) {
+      if (!value.is_object()) {
+        return Error(BP_CONFIG, "plugin options for device kind '" + kind + "' are not a JSON object")
+            .with("device_kind", kind)
+            .hint("give an object keyed by device kind, e.g. {\"cpu\": {\"devices\": 8}}");
+      }
+    }
+    host->plugin_options = std::move(parsed);
+  }
+  load_search_path(*host, options);
+  return host.release();
+}
+
+}  // namespace backplane
+
+bp_host::~bp_host() {
+  // Devices and kinds point into plugins; release them before the plugins
+  // destroy their state and their libraries unload.
+  devices.clear();
+  kinds.clear();
+  plugins.clear();
+}
+
+nlohmann::json bp_device::describe() const {
+  return {{"name", name}, {"kind", kind->name}, {"layers", nlohmann::json::array()}};
+}

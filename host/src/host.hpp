@@ -1,0 +1,185 @@
+// What stands behind the C API's opaque handles: the host, its plugins,
+// devices, buffers, groups and events.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include <boost/dll/shared_library.hpp>
+#include <nlohmann/json.hpp>
+
+#include "backplane/backplane.h"
+#include "backplane/plugin.h"
+#include "capability_table.hpp"
+#include "error.hpp"
+
+// Where a plugin function reports its failure (host_services.report_error).
+// Lives on the stack of the host function making the call.
+struct bp_error_sink {
+  int32_t code = BP_OK;
+  std::string message;
+};
+
+namespace backplane {
+
+// One plugin loaded into one host. Its descriptor and function table are
+// copied, zero-extended to this host's struct sizes, so a plugin built
+// against an older minor reads as if its missing fields were NULL.
+struct LoadedPlugin {
+  std::string file;
+  boost::dll::shared_library library;
+  bp_plugin_descriptor descriptor{};
+  bp_plugin_functions functions{};
+  bp_plugin_state *state = nullptr;
+  std::string name, version;
+  std::vector<std::string> device_kinds;
+  std::vector<const char *> device_kind_pointers;  // for bp_plugin_info
+  // Set once the plugin let an exception escape; it is then called no more.
+  std::atomic<bool> failed{false};
+  std::string failure;
+
+  LoadedPlugin() = default;
+  LoadedPlugin(const LoadedPlugin &) = delete;
+  LoadedPlugin &operator=(const LoadedPlugin &) = delete;
+  ~LoadedPlugin();  // destroys the state, then unloads the library
+};
+
+// Calls one plugin function, turning a failure code (with the message the
+// plugin reported), a C++ exception or a plugin already marked failed into
+// an Error whose message names the plugin and the function.
+template <typename Call>
+Status call_plugin(LoadedPlugin &plugin, const char *function, Call &&call);
+
+Status plugin_failure(LoadedPlugin &plugin, const char *function, bp_error_sink &sink, int32_t code);
+Status plugin_threw(LoadedPlugin &plugin, const char *function, const char *what);
+Status plugin_disabled(const LoadedPlugin &plugin, const char *function);
+
+template <typename Call>
+Status call_plugin(LoadedPlugin &plugin, const char *function, Call &&call) {
+  if (plugin.failed.load(std::memory_order_relaxed)) return plugin_disabled(plugin, function);
+  bp_error_sink sink;
+  int32_t code;
+  try {
+    code = call(&sink);
+  } catch (const std::exception &exception) {
+    return plugin_threw(plugin, function, exception.what());
+  } catch (...) {
+    return plugin_threw(plugin, function, "an exception of unknown type");
+  }
+  if (code == BP_OK) return {};
+  return plugin_failure(plugin, function, sink, code);
+}
+
+// A device kind and what runs on it.
+struct DeviceKind {
+  std::string name;
+  LoadedPlugin *plugin = nullptr;
+  uint32_t index_in_plugin = 0;
+  CapabilitySet capabilities;
+};
+
+// A plugin file that was refused, with what it declared when its
+// descriptor could be read (for "alternatives" that failed to load).
+struct RefusedPlugin {
+  bp_error *error = nullptr;  // owned
+  std::vector<std::pair<std::string, CapabilitySet>> declared;
+  RefusedPlugin() = default;
+  RefusedPlugin(RefusedPlugin &&other) noexcept
+      : error(std::exchange(other.error, nullptr)), declared(std::move(other.declared)) {}
+  RefusedPlugin &operator=(RefusedPlugin &&) = delete;
+  ~RefusedPlugin() { bp_error_destroy(error); }
+};
+
+}  // namespace backplane
+
+struct bp_device {
+  bp_host *host = nullptr;
+  backplane::DeviceKind *kind = nullptr;
+  uint32_t index = 0;  // within its kind
+  std::string name;    // "kind:index"
+  std::string plugin_device_name;
+  std::string description;
+  uint32_t flags = 0;
+  uint64_t memory_bytes = 0;
+  // Set when the device declares less than its kind.
+  std::unique_ptr<backplane::CapabilitySet> own_capabilities;
+  const backplane::CapabilitySet &capabilities() const {
+    return own_capabilities ? *own_capabilities : kind->capabilities;
+  }
+  nlohmann::json describe() const;  // {"name", "kind", "layers"}
+};
+
+struct bp_buffer {
+  bp_device *device = nullptr;
+  bp_plugin_buffer *handle = nullptr;
+  size_t bytes = 0;
+};
+
+struct bp_group {
+  bp_host *host = nullptr;
+  std::string name;
+  uint32_t policy = BP_POLICY_STAGE;
+  std::vector<bp_device *> ranks;
+  // Set when every rank has one kind; the plugin's communicator then exists.
+  backplane::DeviceKind *kind = nullptr;
+  bp_plugin_comm *comm = nullptr;
+  // What every rank can run (the intersection of the ranks' sets).
+  backplane::CapabilitySet capabilities;
+  // Scratch for the plugin's buffer handles, sized once, used under `busy`.
+  std::vector<bp_plugin_buffer *> send_handles, recv_handles;
+  std::atomic<bool> busy{false};
+};
+
+struct bp_event {
+  backplane::LoadedPlugin *plugin = nullptr;
+  bp_plugin_request *request = nullptr;  // NULL once complete
+  bp_group *group = nullptr;
+  bool complete = false;
+  std::unique_ptr<backplane::Error> outcome;  // the failure, once complete
+};
+
+struct bp_host {
+  mutable std::shared_mutex mutex;  // guards the listings below against load_plugin
+  std::vector<std::unique_ptr<backplane::LoadedPlugin>> plugins;
+  std::vector<backplane::RefusedPlugin> refused;
+  std::vector<std::unique_ptr<backplane::DeviceKind>> kinds;
+  std::vector<std::unique_ptr<bp_device>> devices;
+  std::vector<bp_capability_info> capability_listing;
+  nlohmann::json plugin_options = nlohmann::json::object();
+  std::vector<std::filesystem::path> loaded_files;  // canonical, to skip repeats
+
+  ~bp_host();
+};
+
+namespace backplane {
+
+const bp_host_services &host_services();
+
+// Loading (plugin_loader.cpp). Both take the host's lock themselves.
+void load_search_path(bp_host &host, const bp_host_options &options);
+Status load_plugin_file(bp_host &host, const std::filesystem::path &file);
+
+// Rebuilds capability_listing from the kinds; caller holds the lock.
+void rebuild_capability_listing(bp_host &host);
+
+// Dispatch helpers shared by collectives and bp_group_check (dispatch.cpp).
+Status check_support(const bp_group &group, uint32_t collective, uint32_t dtype, uint32_t op,
+                     uint32_t mode_flags);
+
+}  // namespace backplane
+
+namespace backplane {
+// Collectives and events (dispatch.cpp).
+Status run_collective(bp_group *group, const bp_collective_request *request);
+Expected<bp_event *> start_collective(bp_group *group, const bp_collective_request *request);
+Status wait_event(bp_event *event, int64_t timeout_ns);
+bool test_event(bp_event *event);
+void destroy_event(bp_event *event);
+// Host creation (host.cpp).
+Expected<bp_host *> create_host(const bp_host_options *options);
+}  // namespace backplane

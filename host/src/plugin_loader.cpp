@@ -1,0 +1,508 @@
+// Finding plugin files, loading them with Boost.DLL, negotiating the ABI,
+// validating what they declare and registering their kinds, devices and
+// capability rows. Every way this can fail becomes a refusal that is both
+// returned and kept in the host's list; the host goes on with the others.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <system_error>
+
+#include <boost/dll/runtime_symbol_info.hpp>
+
+#include "host.hpp"
+#include "log.hpp"
+#include "names.hpp"
+
+namespace backplane {
+namespace fs = std::filesystem;
+
+namespace {
+
+void report_error(bp_error_sink *sink, int32_t code, const char *message) {
+  if (!sink) return;
+  try {
+    sink->code = code;
+    sink->message = message ? message : "";
+  } catch (...) {
+    // Out of memory while keeping the message: the code alone still travels.
+  }
+}
+
+void plugin_log(void *, int32_t level, const char *category, const char *message) {
+  try {
+    log(static_cast<bp_log_level>(std::clamp<int32_t>(level, BP_LOG_ERROR, BP_LOG_DEBUG)),
+        category ? category : "plugin", message ? message : "");
+  } catch (...) {
+  }
+}
+
+std::string abi_text(uint32_t major, uint32_t minor) {
+  return std::to_string(major) + "." + std::to_string(minor);
+}
+
+bool is_plugin_file_name(const std::string &name) {
+  static constexpr std::string_view prefix = "libbackplane_", suffix = ".so";
+  if (name.size() <= prefix.size() + suffix.size() || !name.starts_with(prefix) || !name.ends_with(suffix))
+    return false;
+  std::string_view stem(name.data() + prefix.size(), name.size() - prefix.size() - suffix.size());
+  return std::all_of(stem.begin(), stem.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
+bool is_identifier(const char *text) {
+  if (!text || !*text) return false;
+  for (const char *c = text; *c; ++c) {
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_')) return false;
+  }
+  return true;
+}
+
+// Plugins run with the host's privileges, so a file or directory that
+// someone else can write is someone else's code.
+Status check_not_writable_by_others(const fs::path &path, const char *what) {
+  struct stat status {};
+  if (::stat(path.c_str(), &status) != 0) {
+    return Error(BP_PLUGIN_LOAD, std::string("cannot read ") + what + " '" + path.string() +
+                                     "': " + std::strerror(errno));
+  }
+  if (status.st_mode & (S_IWGRP | S_IWOTH)) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(status.st_mode & 07777));
+    return Error(BP_PLUGIN_LOAD, std::string("refusing ") + what + " '" + path.string() +
+                                     "': it is writable by users other than its owner (mode " +
+                                     mode + ")")
+        .with("mode", mode)
+        .hint("remove group and other write permission: chmod go-w '" + path.string() + "'");
+  }
+  return {};
+}
+
+// Copies a struct the other side sent with `size` bytes into a zeroed one
+// of ours: fields it did not send read as zero, fields we do not know are
+// dropped.
+template <typename T>
+T read_struct(const void *source, size_t size) {
+  T copy{};
+  std::memcpy(&copy, source, std::min(size, sizeof(T)));
+  copy.struct_size = sizeof(T);
+  return copy;
+}
+
+Status plugin_init_error(const std::string &file, const std::string &reason) {
+  return Error(BP_PLUGIN_INIT, "plugin '" + file + "' has a malformed descriptor: " + reason)
+      .hint("fix the plugin's bp_plugin_descriptor; see plugin_api/include/backplane/plugin.h");
+}
+
+// Validates capability rows (strided by the first row's struct_size) into
+// one set per kind.
+Status read_capability_rows(const std::string &file, const bp_capability *rows, size_t count,
+                            size_t kind_count, std::vector<CapabilitySet> &sets,
+                            std::optional<uint32_t> only_kind) {
+  if (count == 0) return {};
+  if (!rows) return plugin_init_error(file, "capabilities is NULL with a count of " + std::to_string(count));
+  const size_t stride = rows[0].struct_size;
+  if (stride < BP_CAPABILITY_SIZE_V1_0) {
+    return plugin_init_error(file, "capability rows have struct_size " + std::to_string(stride) +
+                                       ", less than the ABI 1.0 size " +
+                                       std::to_string(BP_CAPABILITY_SIZE_V1_0));
+  }
+  const auto *bytes = reinterpret_cast<const unsigned char *>(rows);
+  for (size_t i = 0; i < count; ++i) {
+    bp_capability row = read_struct<bp_capability>(bytes + i * stride, stride);
+    const std::string where = "capability row " + std::to_string(i);
+    if (only_kind) row.device_kind = *only_kind;
+    if (row.device_kind >= kind_count)
+      return plugin_init_error(file, where + " names device kind " + std::to_string(row.device_kind) +
+                                         " of " + std::to_string(kind_count));
+    if (row.collective >= BP_COLLECTIVE_COUNT)
+      return plugin_init_error(file, where + " names unknown collective " + std::to_string(row.collective));
+    if (row.dtypes & ~all_dtypes_mask)
+      return plugin_init_error(file, where + " has unknown element type bits in its dtype mask");
+    if (collective_reduces(row.collective) && (row.reduce_ops & ~all_reduce_ops_mask))
+      return plugin_init_error(file, where + " has unknown reduce op bits in its op mask");
+    if (row.flags & ~all_capability_flags)
+      return plugin_init_error(file, where + " has unknown flag bits");
+    sets[row.device_kind].add(row);
+  }
+  return {};
+}
+
+struct Candidate {
+  std::unique_ptr<LoadedPlugin> plugin;
+  std::vector<CapabilitySet> kind_capabilities;
+  std::vector<std::unique_ptr<bp_device>> devices;  // kind pointer filled in at registration
+  std::vector<uint32_t> device_kind_indices;
+};
+
+Status open_and_enter(const fs::path &file, Candidate &candidate) {
+  const std::string path = file.string();
+  if (Status status = check_not_writable_by_others(file, "plugin file"); !status) return status;
+  if (Status status = check_not_writable_by_others(file.parent_path().empty() ? "." : file.parent_path(),
+                                                   "plugin directory");
+      !status)
+    return status;
+
+  auto plugin = std::make_unique<LoadedPlugin>();
+  plugin->file = path;
+  try {
+    // Immediate binding: an unresolved symbol fails here, with the system
+    // loader's message, not at the first call.
+    plugin->library.load(file, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
+  } catch (const std::exception &exception) {
+    return Error(BP_PLUGIN_LOAD, "cannot load plugin '" + path + "': " + exception.what())
+        .with("reason", exception.what())
+        .hint("check that the file is a complete shared object built for this machine and that its "
+              "dependencies are installed (ldd '" + path + "')");
+  }
+  if (!plugin->library.has(BP_PLUGIN_ENTRY_SYMBOL)) {
+    return Error(BP_PLUGIN_LOAD, "plugin '" + path + "' does not export " BP_PLUGIN_ENTRY_SYMBOL)
+        .hint("build the plugin with backplane_add_plugin(), which exports its entry point");
+  }
+  auto entry = plugin->library.get<int32_t(bp_plugin_entry_args *)>(BP_PLUGIN_ENTRY_SYMBOL);
+
+  bp_error_sink sink;
+  bp_plugin_entry_args args{};
+  args.struct_size = sizeof args;
+  args.host_abi_major = BP_PLUGIN_ABI_MAJOR;
+  args.host_abi_minor = BP_PLUGIN_ABI_MINOR;
+  args.services = &host_services();
+  args.sink = &sink;
+  int32_t code;
+  try {
+    code = entry(&args);
+  } catch (const std::exception &exception) {
+    return Error(BP_PLUGIN_INIT, "plugin '" + path + "' threw a C++ exception from " BP_PLUGIN_ENTRY_SYMBOL
+                                 ": " + exception.what())
+        .hint("a plugin must catch its exceptions at the ABI boundary");
+  } catch (...) {
+    return Error(BP_PLUGIN_INIT, "plugin '" + path + "' threw an exception from " BP_PLUGIN_ENTRY_SYMBOL)
+        .hint("a plugin must catch its exceptions at the ABI boundary");
+  }
+  if (code != BP_OK) {
+    const bp_code refusal = code == BP_PLUGIN_ABI ? BP_PLUGIN_ABI : BP_PLUGIN_INIT;
+    return Error(refusal, "plugin '" + path + "' refused to initialise: " +
+                              (sink.message.empty() ? "no reason given (code " + std::to_string(code) + ")"
+                                                    : sink.message))
+        .with("plugin_code", code_name(static_cast<bp_code>(code)))
+        .with("host_abi", abi_text(BP_PLUGIN_ABI_MAJOR, BP_PLUGIN_ABI_MINOR));
+  }
+
+  const bp_plugin_descriptor *raw = args.descriptor;
+  if (!raw) return plugin_init_error(path, BP_PLUGIN_ENTRY_SYMBOL " returned BP_OK but no descriptor");
+  // abi_major and abi_minor sit right after the frozen header, in every
+  // version, so they can be read before anything else is trusted.
+  constexpr size_t abi_fields_size = BP_STRUCT_SIZE(bp_plugin_descriptor, abi_minor);
+  if (raw->struct_size < abi_fields_size) {
+    return plugin_init_error(path, "descriptor struct_size is " + std::to_string(raw->struct_size) +
+                                       ", less than the ABI 1.0 size " +
+                                       std::to_string(BP_PLUGIN_DESCRIPTOR_SIZE_V1_0));
+  }
+  if (raw->abi_major != BP_PLUGIN_ABI_MAJOR) {
+    const std::string plugin_abi = abi_text(raw->abi_major, raw->abi_minor);
+    const std::string host_abi = abi_text(BP_PLUGIN_ABI_MAJOR, BP_PLUGIN_ABI_MINOR);
+    const bool plugin_newer = raw->abi_major > BP_PLUGIN_ABI_MAJOR;
+    return Error(BP_PLUGIN_ABI, "plugin '" + path + "' was built for plugin ABI " + plugin_abi +
+                                    " but this host speaks ABI " + host_abi + ": " +
+                                    (plugin_newer ? "upgrade the host" : "rebuild the plugin against ABI " +
+                                                                             std::to_string(BP_PLUGIN_ABI_MAJOR) + ".x"))
+        .with("plugin_abi", plugin_abi)
+        .with("host_abi", host_abi)
+        .with("upgrade", plugin_newer ? "host" : "plugin")
+        .hint(plugin_newer ? "install a Backplane host of ABI major " + std::to_string(raw->abi_major)
+                           : "rebuild the plugin against this host's plugin.h");
+  }
+  if (raw->struct_size < BP_PLUGIN_DESCRIPTOR_SIZE_V1_0) {
+    return plugin_init_error(path, "descriptor struct_size is " + std::to_string(raw->struct_size) +
+                                       ", less than the ABI 1.0 size " +
+                                       std::to_string(BP_PLUGIN_DESCRIPTOR_SIZE_V1_0));
+  }
+  plugin->descriptor = read_struct<bp_plugin_descriptor>(raw, raw->struct_size);
+  const bp_plugin_descriptor &descriptor = plugin->descriptor;
+  if (!descriptor.functions || descriptor.functions->struct_size < BP_PLUGIN_FUNCTIONS_SIZE_V1_0)
+    return plugin_init_error(path, "function table is missing or smaller than its ABI 1.0 size");
+  plugin->functions = read_struct<bp_plugin_functions>(descriptor.functions, descriptor.functions->struct_size);
+  plugin->state = args.state;  // from here on, destroy() releases it
+  candidate.plugin = std::move(plugin);
+  LoadedPlugin &loaded = *candidate.plugin;
+  const bp_plugin_functions &functions = loaded.functions;
+
+  if (!functions.destroy || !functions.device_count || !functions.device_info || !functions.buffer_create ||
+      !functions.buffer_destroy || !functions.buffer_write || !functions.buffer_read || !functions.comm_create ||
+      !functions.comm_destroy || !functions.collective_start || !functions.request_test ||
+      !functions.request_wait || !functions.request_release)
+    return plugin_init_error(path, "a required function of the table is NULL");
+  if (!is_identifier(descriptor.name))
+    return plugin_init_error(path, "plugin name is missing or not of [a-z0-9_]");
+  loaded.name = descriptor.name;
+  loaded.version = descriptor.version ? descriptor.version : "";
+  if (descriptor.device_kind_count > 0 && !descriptor.device_kinds)
+    return plugin_init_error(path, "device_kinds is NULL with a count of " +
+                                       std::to_string(descriptor.device_kind_count));
+  for (size_t k = 0; k < descriptor.device_kind_count; ++k) {
+    const char *kind = descriptor.device_kinds[k];
+    if (!kind || !*kind) return plugin_init_error(path, "device kind " + std::to_string(k) + " has an empty name");
+    if (!is_identifier(kind))
+      return plugin_init_error(path, "device kind '" + std::string(kind) + "' is not of [a-z0-9_]");
+    if (std::find(loaded.device_kinds.begin(), loaded.device_kinds.end(), kind) != loaded.device_kinds.end())
+      return plugin_init_error(path, "device kind '" + std::string(kind) + "' is declared twice");
+    loaded.device_kinds.emplace_back(kind);
+  }
+  candidate.kind_capabilities.resize(loaded.device_kinds.size());
+  return read_capability_rows(path, descriptor.capabilities, descriptor.capability_count,
+                              loaded.device_kinds.size(), candidate.kind_capabilities, std::nullopt);
+}
+
+Status check_conflicts(const bp_host &host, const Candidate &candidate) {
+  const LoadedPlugin &plugin = *candidate.plugin;
+  for (const auto &other : host.plugins) {
+    if (other->name == plugin.name) {
+      return Error(BP_PLUGIN_CONFLICT, "plugin '" + plugin.name + "' from '" + plugin.file +
+                                           "' is already loaded from '" + other->file + "'")
+          .with("plugin", {{"name", plugin.name}, {"version", plugin.version}})
+          .with("loaded_from", other->file)
+          .hint("keep one copy of libbackplane_" + plugin.name + ".so in the plugin directories");
+    }
+  }
+  for (const std::string &kind : plugin.device_kinds) {
+    for (const auto &registered : host.kinds) {
+      if (registered->name != kind) continue;
+      return Error(BP_PLUGIN_CONFLICT, "device kind '" + kind + "' of plugin '" + plugin.name + "' ('" +
+                                           plugin.file + "') is already provided by plugin '" +
+                                           registered->plugin->name + "' ('" + registered->plugin->file + "')")
+          .with("device_kind", kind)
+          .with("plugin", {{"name", plugin.name}, {"version", plugin.version}})
+          .with("owner", {{"name", registered->plugin->name}, {"file", registered->plugin->file}})
+          .hint("remove one of the two plugins from the plugin directories");
+    }
+  }
+  return {};
+}
+
+Status enumerate_devices(const bp_host &host, Candidate &candidate) {
+  LoadedPlugin &plugin = *candidate.plugin;
+  for (uint32_t k = 0; k < plugin.device_kinds.size(); ++k) {
+    const std::string &kind = plugin.device_kinds[k];
+    if (auto options = host.plugin_options.find(kind); options != host.plugin_options.end()) {
+      if (!plugin.functions.configure) {
+        return Error(BP_CONFIG, "options were given for device kind '" + kind + "' but plugin '" + plugin.name +
+                                    "' takes none")
+            .with("device_kind", kind)
+            .hint("remove the options of '" + kind + "'");
+      }
+      const std::string text = options->dump();
+      if (Status status = call_plugin(plugin, "configure", [&](bp_error_sink *sink) {
+            return plugin.functions.configure(plugin.state, k, text.c_str(), sink);
+          });
+          !status)
+        return status;
+    }
+    uint32_t count = 0;
+    if (Status status = call_plugin(plugin, "device_count", [&](bp_error_sink *sink) {
+          return plugin.functions.device_count(plugin.state, k, &count, sink);
+        });
+        !status)
+      return status;
+    if (count == 0) log(BP_LOG_INFO, "loader", "plugin '" + plugin.name + "' reports no '" + kind + "' devices");
+    for (uint32_t index = 0; index < count; ++index) {
+      bp_plugin_device_info info{};
+      info.struct_size = sizeof info;
+      if (Status status = call_plugin(plugin, "device_info", [&](bp_error_sink *sink) {
+            return plugin.functions.device_info(plugin.state, k, index, &info, sink);
+          });
+          !status)
+        return status;
+      auto device = std::make_unique<bp_device>();
+      device->host = const_cast<bp_host *>(&host);
+      device->index = index;
+      device->name = kind + ":" + std::to_string(index);
+      device->plugin_device_name = info.name ? info.name : device->name;
+      device->description = info.description ? info.description : "";
+      device->flags = info.flags;
+      device->memory_bytes = info.memory_bytes;
+      if (info.capabilities) {
+        std::vector<CapabilitySet> own(1);
+        if (Status status = read_capability_rows(plugin.file, info.capabilities, info.capability_count, 1, own, 0u);
+            !status)
+          return status;
+        own[0].intersect(candidate.kind_capabilities[k]);  // a device never exceeds its kind
+        device->own_capabilities = std::make_unique<CapabilitySet>(own[0]);
+      }
+      candidate.devices.push_back(std::move(device));
+      candidate.device_kind_indices.push_back(k);
+    }
+  }
+  return {};
+}
+
+void register_candidate(bp_host &host, Candidate &candidate) {
+  LoadedPlugin &plugin = *candidate.plugin;
+  std::vector<DeviceKind *> kinds;
+  for (uint32_t k = 0; k < plugin.device_kinds.size(); ++k) {
+    auto kind = std::make_unique<DeviceKind>();
+    kind->name = plugin.device_kinds[k];
+    kind->plugin = &plugin;
+    kind->index_in_plugin = k;
+    kind->capabilities = candidate.kind_capabilities[k];
+    kinds.push_back(kind.get());
+    host.kinds.push_back(std::move(kind));
+  }
+  for (size_t i = 0; i < candidate.devices.size(); ++i) {
+    candidate.devices[i]->kind = kinds[candidate.device_kind_indices[i]];
+    host.devices.push_back(std::move(candidate.devices[i]));
+  }
+  for (const std::string &kind : plugin.device_kinds) plugin.device_kind_pointers.push_back(kind.c_str());
+  log(BP_LOG_INFO, "loader", "loaded plugin '" + plugin.name + "' " + plugin.version + " from '" + plugin.file + "'");
+  host.plugins.push_back(std::move(candidate.plugin));
+  rebuild_capability_listing(host);
+}
+
+Status load_locked(bp_host &host, const fs::path &file, Candidate &candidate) {
+  if (Status status = open_and_enter(file, candidate); !status) return status;
+  if (Status status = check_conflicts(host, candidate); !status) return status;
+  if (Status status = enumerate_devices(host, candidate); !status) return status;
+  register_candidate(host, candidate);
+  return {};
+}
+
+void load_directory(bp_host &host, const fs::path &directory, bool must_exist) {
+  std::error_code error;
+  if (!fs::is_directory(directory, error)) {
+    if (must_exist) {
+      Status refusal = Error(BP_PLUGIN_LOAD, "plugin directory '" + directory.string() + "' does not exist")
+                           .with("file", directory.string())
+                           .hint("create it or correct the path");
+      std::unique_lock lock(host.mutex);
+      host.refused.emplace_back().error = to_c_error(std::move(refusal));
+    }
+    log(BP_LOG_DEBUG, "loader", "skipping '" + directory.string() + "': not a directory");
+    return;
+  }
+  if (Status status = check_not_writable_by_others(directory, "plugin directory"); !status) {
+    Error refusal = status.take_error();
+    refusal.with("file", directory.string());
+    log(BP_LOG_WARN, "loader", refusal.message());
+    std::unique_lock lock(host.mutex);
+    host.refused.emplace_back().error = to_c_error(std::move(refusal));
+    return;
+  }
+  std::vector<fs::path> files;
+  for (const fs::directory_entry &entry : fs::directory_iterator(directory, error)) files.push_back(entry.path());
+  std::sort(files.begin(), files.end());  // a stable order: kinds register first come, first served
+  for (const fs::path &file : files) {
+    if (!is_plugin_file_name(file.filename().string())) {
+      log(BP_LOG_DEBUG, "loader", "skipping '" + file.string() + "': not named libbackplane_<name>.so");
+      continue;
+    }
+    log(BP_LOG_DEBUG, "loader", "loading '" + file.string() + "'");
+    Status ignored = load_plugin_file(host, file);  // a refusal is kept in the host's list
+    (void)ignored;
+  }
+}
+
+fs::path install_plugin_directory() {
+  std::error_code error;
+  fs::path library = boost::dll::this_line_location(error);
+  if (error) return {};
+  return library.parent_path() / BACKPLANE_PLUGIN_RELATIVE_DIR;
+}
+
+}  // namespace
+
+const bp_host_services &host_services() {
+  static const bp_host_services services{sizeof(bp_host_services), nullptr, report_error, plugin_log, nullptr};
+  return services;
+}
+
+LoadedPlugin::~LoadedPlugin() {
+  if (state && functions.destroy && !failed.load()) {
+    try {
+      functions.destroy(state);
+    } catch (...) {
+      log(BP_LOG_ERROR, "loader", "plugin '" + name + "' threw from destroy");
+    }
+  }
+}
+
+Status plugin_failure(LoadedPlugin &plugin, const char *function, bp_error_sink &sink, int32_t code) {
+  const bool known = code > BP_OK && code < BP_CODE_COUNT;
+  std::string reason = sink.message.empty() ? "no reason given" : sink.message;
+  if (!known) reason += " (unknown code " + std::to_string(code) + ")";
+  return Error(known ? static_cast<bp_code>(code) : BP_INTERNAL,
+               "plugin '" + plugin.name + "' " + function + " failed: " + reason)
+      .with("plugin", {{"name", plugin.name}, {"version", plugin.version}})
+      .with("function", function);
+}
+
+Status plugin_threw(LoadedPlugin &plugin, const char *function, const char *what) {
+  plugin.failed.store(true);
+  plugin.failure = std::string(function) + " threw " + what;
+  log(BP_LOG_ERROR, "dispatch", "plugin '" + plugin.name + "' disabled: " + plugin.failure);
+  return Error(BP_DEVICE_FAILURE, "plugin '" + plugin.name + "' threw a C++ exception from " + function + ": " +
+                                      what + "; the plugin is disabled")
+      .with("plugin", {{"name", plugin.name}, {"version", plugin.version}})
+      .with("function", function)
+      .hint("report the bug to the plugin's authors; other plugins keep working");
+}
+
+Status plugin_disabled(const LoadedPlugin &plugin, const char *function) {
+  return Error(BP_DEVICE_FAILURE, "plugin '" + plugin.name + "' is disabled (" + plugin.failure +
+                                      "), so " + function + " was not called")
+      .with("plugin", {{"name", plugin.name}, {"version", plugin.version}})
+      .hint("create a new host, or use another device kind");
+}
+
+Status load_plugin_file(bp_host &host, const fs::path &file) {
+  std::unique_lock lock(host.mutex);
+  std::error_code error;
+  fs::path canonical = fs::weakly_canonical(file, error);
+  if (error) canonical = file;
+  if (std::find(host.loaded_files.begin(), host.loaded_files.end(), canonical) != host.loaded_files.end()) {
+    log(BP_LOG_DEBUG, "loader", "'" + file.string() + "' is already loaded; skipping");
+    return {};
+  }
+  Candidate candidate;
+  Status status = load_locked(host, file, candidate);
+  if (status) {
+    host.loaded_files.push_back(canonical);
+    return {};
+  }
+  Error refusal = status.take_error();
+  refusal.with("file", file.string());
+  log(BP_LOG_WARN, "loader", refusal.message());
+  RefusedPlugin &record = host.refused.emplace_back();
+  record.error = to_c_error(refusal);
+  if (candidate.plugin) {
+    for (size_t k = 0; k < candidate.kind_capabilities.size(); ++k)
+      record.declared.emplace_back(candidate.plugin->device_kinds[k], candidate.kind_capabilities[k]);
+  }
+  return refusal;
+}
+
+void load_search_path(bp_host &host, const bp_host_options &options) {
+  for (size_t i = 0; i < options.plugin_dir_count; ++i) {
+    if (options.plugin_dirs[i]) load_directory(host, options.plugin_dirs[i], true);
+  }
+  if (!(options.flags & BP_HOST_IGNORE_ENV_PATH)) {
+    // secure_getenv: a setuid program does not take plugins from its caller.
+    if (const char *path = ::secure_getenv("BACKPLANE_PLUGIN_PATH")) {
+      std::string_view rest(path);
+      while (!rest.empty()) {
+        size_t colon = rest.find(':');
+        std::string_view directory = rest.substr(0, colon);
+        rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
+        if (!directory.empty()) load_directory(host, std::string(directory), false);
+      }
+    }
+  }
+  if (!(options.flags & BP_HOST_IGNORE_INSTALL_PATH)) {
+    fs::path directory = install_plugin_directory();
+    if (!directory.empty()) load_directory(host, directory, false);
+  }
+}
+
+}  // namespace backplane
