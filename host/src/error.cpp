@@ -17,7 +17,8 @@ namespace backplane {
 
 bp_error *to_c_error(Error error) {
   auto *c_error = new bp_error{error.code(), error.message(), error.context(), {}, {}};
-  nlohmann::json whole = nlohmann::json::object();
+  // code and message first, as a reader expects them.
+  nlohmann::ordered_json whole = nlohmann::ordered_json::object();
   whole["code"] = code_name(error.code());
   whole["message"] = error.message();
   for (const auto &[key, value] : error.context().items()) {
