@@ -9,6 +9,7 @@
 #include <cstring>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <system_error>
 
 #include <boost/dll/runtime_symbol_info.hpp>
@@ -60,6 +61,18 @@ bool is_identifier(const char *text) {
     if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_')) return false;
   }
   return true;
+}
+
+// Boost.DLL wraps dlerror()'s text as "boost::dll::shared_library::load()
+// failed (dlerror system message: TEXT): <errno text>"; users need TEXT
+// ("invalid ELF header", "undefined symbol: ..."), and the trailing errno
+// text is stale and misleading.
+std::string system_loader_message(const std::string &what) {
+  static constexpr std::string_view marker = "dlerror system message: ";
+  const size_t start = what.find(marker);
+  const size_t end = what.rfind("): ");
+  if (start == std::string::npos || end == std::string::npos || end < start) return what;
+  return what.substr(start + marker.size(), end - start - marker.size());
 }
 
 // Plugins run with the host's privileges, so a file or directory that
@@ -154,8 +167,9 @@ Status open_and_enter(const fs::path &file, Candidate &candidate) {
     // loader's message, not at the first call.
     plugin->library.load(file, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
   } catch (const std::exception &exception) {
-    return Error(BP_PLUGIN_LOAD, "cannot load plugin '" + path + "': " + exception.what())
-        .with("reason", exception.what())
+    const std::string reason = system_loader_message(exception.what());
+    return Error(BP_PLUGIN_LOAD, "cannot load plugin '" + path + "': " + reason)
+        .with("reason", reason)
         .hint("check that the file is a complete shared object built for this machine and that its "
               "dependencies are installed (ldd '" + path + "')");
   }
@@ -369,7 +383,23 @@ Status load_locked(bp_host &host, const fs::path &file, Candidate &candidate) {
   return {};
 }
 
-void load_directory(bp_host &host, const fs::path &directory, bool must_exist) {
+// Like PATH: a plugin file found earlier in the search order hides one of
+// the same name found later (a build's plugin over the installed one).
+bool shadowed_by_earlier_directory(bp_host &host, const fs::path &file) {
+  std::shared_lock lock(host.mutex);
+  for (const auto &plugin : host.plugins) {
+    const fs::path earlier(plugin->file);
+    if (earlier.filename() == file.filename() && earlier.parent_path() != file.parent_path()) {
+      log(BP_LOG_DEBUG, "loader",
+          "skipping '" + file.string() + "': shadowed by '" + plugin->file + "' earlier in the search path");
+      return true;
+    }
+  }
+  return false;
+}
+
+void load_directory(bp_host &host, const fs::path &given_directory, bool must_exist) {
+  const fs::path directory = given_directory.lexically_normal();
   std::error_code error;
   if (!fs::is_directory(directory, error)) {
     if (must_exist) {
@@ -385,7 +415,7 @@ void load_directory(bp_host &host, const fs::path &directory, bool must_exist) {
   if (Status status = check_not_writable_by_others(directory, "plugin directory"); !status) {
     Error refusal = status.take_error();
     refusal.with("file", directory.string());
-    log(BP_LOG_WARN, "loader", refusal.message());
+    log(BP_LOG_INFO, "loader", refusal.message());
     std::unique_lock lock(host.mutex);
     host.refused.emplace_back().error = to_c_error(std::move(refusal));
     return;
@@ -398,6 +428,7 @@ void load_directory(bp_host &host, const fs::path &directory, bool must_exist) {
       log(BP_LOG_DEBUG, "loader", "skipping '" + file.string() + "': not named libbackplane_<name>.so");
       continue;
     }
+    if (shadowed_by_earlier_directory(host, file)) continue;
     log(BP_LOG_DEBUG, "loader", "loading '" + file.string() + "'");
     Status ignored = load_plugin_file(host, file);  // a refusal is kept in the host's list
     (void)ignored;
@@ -473,7 +504,9 @@ Status load_plugin_file(bp_host &host, const fs::path &file) {
   }
   Error refusal = status.take_error();
   refusal.with("file", file.string());
-  log(BP_LOG_WARN, "loader", refusal.message());
+  // Refusals are kept and listed (bp_host_refused, `backplane plugins`), so
+  // they do not also go to stderr unless asked for.
+  log(BP_LOG_INFO, "loader", refusal.message());
   RefusedPlugin &record = host.refused.emplace_back();
   record.error = to_c_error(refusal);
   if (candidate.plugin) {

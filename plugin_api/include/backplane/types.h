@@ -70,9 +70,11 @@ typedef enum bp_reduce_op {
  *   scatter         send: count * n (root only)  recv: count
  *   all_to_all      send: count * n    recv: count * n (block j goes to rank j)
  *   barrier         no buffers
- * In place: send[r] == recv[r]. For all_gather and gather the rank's own
- * contribution is then read from block r of recv; for reduce_scatter and
- * scatter the result is written to block r of send. */
+ * In place: send[r] == recv[r], which only a rank passing both can do; for
+ * the rooted collectives that is the root alone. For all_gather and gather
+ * (at the root) the rank's own contribution is then read from block r of
+ * recv; for reduce_scatter and scatter (at the root) the result is written
+ * to block r of send. */
 typedef enum bp_collective {
   BP_ALL_REDUCE = 0,
   BP_REDUCE = 1,
