@@ -22,7 +22,17 @@
  * failure it first calls services->report_error(sink, code, message) with a
  * one-line message naming the thing and the reason. No C++ exception may
  * leave a plugin function (the host survives one, but marks the plugin
- * failed). */
+ * failed).
+ *
+ * Frozen across every major version, so that a plugin can always refuse a
+ * host it does not speak with a reason: bp_plugin_entry_args up to and
+ * including `sink`, and bp_host_services up to and including
+ * `report_error`. (If args->struct_size does not even reach `sink`, the
+ * plugin returns BP_PLUGIN_ABI without a message.)
+ *
+ * Threads: the host never runs two collectives on one comm at once; every
+ * other function may be called concurrently on one state, and the plugin
+ * synchronises what it shares. */
 #ifndef BACKPLANE_PLUGIN_H
 #define BACKPLANE_PLUGIN_H
 
@@ -69,7 +79,8 @@ typedef struct bp_host_services {
    * bp_code other than BP_OK; `message` is copied. */
   void (*report_error)(bp_error_sink *sink, int32_t code, const char *message);
   /* Write one log line; the host filters by level and category
-   * (BACKPLANE_LOG). `context` is host_context below. */
+   * (BACKPLANE_LOG). `context` is host_context below. Never NULL from this
+   * host, but a plugin should tolerate NULL (treat as "no logging"). */
   void (*log)(void *context, int32_t level, const char *category, const char *message);
   void *host_context;
 } bp_host_services;
@@ -139,8 +150,12 @@ typedef struct bp_plugin_functions {
   void (*destroy)(bp_plugin_state *state);
 
   /* Apply the options of one kind (a JSON object as text, from the host's
-   * options or the fleet file) before its devices are enumerated. May be
-   * NULL when the plugin takes no options. */
+   * options or the fleet file). The host calls it before enumerating the
+   * kind's devices, and may call it again (with the same or other options)
+   * while no buffer or comm of the kind exists; keys left out take their
+   * defaults. Refuse what it cannot apply with BP_CONFIG. options_json may
+   * be NULL (keep the current options). The entry itself may be NULL when
+   * the plugin takes no options. */
   int32_t (*configure)(bp_plugin_state *state, uint32_t kind, const char *options_json,
                        bp_error_sink *sink);
 
@@ -172,12 +187,17 @@ typedef struct bp_plugin_functions {
 
   /* Start a collective. On BP_OK, *out is a request to test or wait on, or
    * NULL when the collective already completed. The host never starts two
-   * collectives on one comm at once. */
+   * collectives on one comm at once. In place may differ from rank to rank
+   * (types.h); a recv buffer never overlaps another rank's buffers; in-place
+   * reduce_scatter and scatter leave the other blocks of send[r] as they
+   * were. */
   int32_t (*collective_start)(bp_plugin_state *state, bp_plugin_comm *comm,
                               const bp_collective_args *args, bp_plugin_request **out,
                               bp_error_sink *sink);
   /* *done = true once the request completed; its error, if it failed, is
-   * returned (with report_error) by the call that sees it complete. */
+   * returned (with report_error) by the call that sees it complete, and
+   * *done is then left unwritten. The host never passes the NULL "already
+   * complete" request to test, wait or release. */
   int32_t (*request_test)(bp_plugin_state *state, bp_plugin_request *request, bool *done,
                           bp_error_sink *sink);
   /* Block until done or timeout_ns passed (negative: no limit). BP_TIMEOUT

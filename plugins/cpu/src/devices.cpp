@@ -1,0 +1,105 @@
+// The cpu kind's logical devices: how many there are and what each reports
+// (name, host CPU model, physical memory). All of them share host memory.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "plugin_state.hpp"
+
+namespace backplane::cpu {
+namespace {
+
+// "model name" from /proc/cpuinfo; empty when the file or the field is
+// missing (other architectures name it differently, containers may hide it).
+std::string read_cpu_model() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const std::size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    const std::size_t first = line.find_first_not_of(" \t", colon + 1);
+    if (first == std::string::npos) continue;
+    const std::size_t last = line.find_last_not_of(" \t\r");
+    return line.substr(first, last - first + 1);
+  }
+  return {};
+}
+
+std::uint64_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page_size <= 0) return 0;
+  return static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page_size);
+}
+
+}  // namespace
+
+std::unique_ptr<bp_plugin_state> make_state(const bp_host_services *services) {
+  auto state = std::make_unique<bp_plugin_state>();
+  state->services = services;
+  state->cpu_model = read_cpu_model();
+  if (state->cpu_model.empty()) state->cpu_model = "an unnamed host CPU";
+  state->hardware_threads = sysconf(_SC_NPROCESSORS_ONLN);
+  state->memory_bytes = physical_memory_bytes();
+  return state;
+}
+
+std::int32_t device_count(bp_plugin_state &state, std::uint32_t kind, std::uint32_t *count,
+                          bp_error_sink *sink) {
+  if (const std::int32_t status = check_kind(state, kind, sink); status != BP_OK) return status;
+  if (count == nullptr) {
+    return fail(state.services, sink, BP_INVALID_ARGUMENT, "cpu device_count: count is NULL");
+  }
+  std::lock_guard<std::mutex> lock(state.mutex);
+  *count = state.device_count;
+  return BP_OK;
+}
+
+std::int32_t device_info(bp_plugin_state &state, std::uint32_t kind, std::uint32_t device,
+                         bp_plugin_device_info *info, bp_error_sink *sink) {
+  if (const std::int32_t status = check_kind(state, kind, sink); status != BP_OK) return status;
+  if (info == nullptr) {
+    return fail(state.services, sink, BP_INVALID_ARGUMENT, "cpu device_info: info is NULL");
+  }
+
+  const bp_plugin_state::DeviceStrings *strings = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(state.mutex);
+    if (device >= state.device_count) {
+      return fail(state.services, sink, BP_INVALID_ARGUMENT,
+                  "cpu device_info: device %u does not exist (%u cpu devices)",
+                  static_cast<unsigned>(device), static_cast<unsigned>(state.device_count));
+    }
+    const auto key = std::make_pair(state.device_count, device);
+    auto found = state.device_strings.find(key);
+    if (found == state.device_strings.end()) {
+      bp_plugin_state::DeviceStrings made;
+      made.name = "cpu logical device " + std::to_string(device);
+      made.description = "logical device " + std::to_string(device) + " of " +
+                         std::to_string(state.device_count) + " on " + state.cpu_model + " (" +
+                         std::to_string(state.hardware_threads) + " hardware threads, host memory)";
+      found = state.device_strings.emplace(key, std::move(made)).first;
+    }
+    strings = &found->second;
+  }
+
+  // The caller's struct may be older (smaller) than ours: write only what
+  // fits in its struct_size.
+  const std::size_t size = info->struct_size;
+  if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, name)) info->name = strings->name.c_str();
+  if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, description)) {
+    info->description = strings->description.c_str();
+  }
+  if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, flags)) info->flags = BP_DEVICE_HOST_ADDRESSABLE;
+  if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, memory_bytes)) info->memory_bytes = state.memory_bytes;
+  // Every cpu device supports all its kind declares.
+  if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, capabilities)) info->capabilities = nullptr;
+  if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, capability_count)) info->capability_count = 0;
+  return BP_OK;
+}
+
+}  // namespace backplane::cpu

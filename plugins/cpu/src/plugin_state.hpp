@@ -1,0 +1,109 @@
+// The cpu plugin's handles (state, buffer, comm) and the functions behind its
+// table. Everything here may throw; plugin.cpp is the ABI boundary that stops it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backplane/plugin.h"
+
+// One per bp_plugin_entry call, so two hosts in one process never share one.
+struct bp_plugin_state {
+  const bp_host_services *services = nullptr;
+
+  // The host is thread-safe, so configure, buffer and comm calls may race;
+  // this guards the fields below it. Collectives never take it.
+  std::mutex mutex;
+  std::uint32_t device_count = 8;
+  // Buffers and comms alive: configure is refused while any exists, since
+  // they name devices of the current count.
+  std::size_t live_objects = 0;
+  // Device names and descriptions handed to the host, keyed by
+  // (device_count, device). The ABI keeps them valid until destroy, so
+  // entries are only ever added (std::map never moves its nodes).
+  struct DeviceStrings {
+    std::string name;
+    std::string description;
+  };
+  std::map<std::pair<std::uint32_t, std::uint32_t>, DeviceStrings> device_strings;
+
+  // Facts about the host machine, read once at entry.
+  std::string cpu_model;
+  long hardware_threads = 0;
+  std::uint64_t memory_bytes = 0;
+};
+
+// Host memory on one logical device, owned (buffer_create) or the caller's
+// (buffer_wrap_host). `data` is NULL only when `bytes` is 0.
+struct bp_plugin_buffer {
+  std::byte *data = nullptr;
+  std::size_t bytes = 0;
+  std::uint32_t device = 0;
+  bool owned = false;
+};
+
+// The plugin's side of a group: its ranks and the per-call scratch, sized
+// once here so that no collective call allocates.
+struct bp_plugin_comm {
+  std::vector<std::uint32_t> devices;       // rank r's device
+  std::vector<const std::byte *> inputs;    // one per rank, filled per call
+  std::vector<std::byte *> outputs;         // one per rank, filled per call
+};
+
+namespace backplane::cpu {
+
+inline constexpr std::uint32_t kDefaultDeviceCount = 8;
+inline constexpr std::uint32_t kMaxDeviceCount = 1024;
+
+// Talking back to the host (host_services.cpp). fail() reports `code` with a
+// printf-formatted one-line message and returns the code, for
+// `return fail(...)`; it allocates nothing, so it is safe on the hot path
+// and when memory ran out.
+std::int32_t fail(const bp_host_services *services, bp_error_sink *sink, std::int32_t code,
+                  const char *format, ...) noexcept __attribute__((format(printf, 4, 5)));
+void log(const bp_host_services *services, std::int32_t level, const char *format, ...) noexcept
+    __attribute__((format(printf, 3, 4)));
+
+// The state with its host facts filled in (devices.cpp).
+std::unique_ptr<bp_plugin_state> make_state(const bp_host_services *services);
+
+// Checks that `kind` is the plugin's only kind, "cpu" (index 0).
+std::int32_t check_kind(const bp_plugin_state &state, std::uint32_t kind, bp_error_sink *sink) noexcept;
+
+// options.cpp
+std::int32_t configure(bp_plugin_state &state, std::uint32_t kind, const char *options_json,
+                       bp_error_sink *sink);
+
+// devices.cpp
+std::int32_t device_count(bp_plugin_state &state, std::uint32_t kind, std::uint32_t *count,
+                          bp_error_sink *sink);
+std::int32_t device_info(bp_plugin_state &state, std::uint32_t kind, std::uint32_t device,
+                         bp_plugin_device_info *info, bp_error_sink *sink);
+
+// buffers.cpp
+std::int32_t buffer_create(bp_plugin_state &state, std::uint32_t kind, std::uint32_t device,
+                           std::size_t bytes, bp_plugin_buffer **out, bp_error_sink *sink);
+std::int32_t buffer_wrap_host(bp_plugin_state &state, std::uint32_t kind, std::uint32_t device,
+                              void *memory, std::size_t bytes, bp_plugin_buffer **out,
+                              bp_error_sink *sink);
+void buffer_destroy(bp_plugin_state &state, bp_plugin_buffer *buffer);
+std::int32_t buffer_write(bp_plugin_state &state, bp_plugin_buffer *buffer, std::size_t offset,
+                          const void *source, std::size_t bytes, bp_error_sink *sink);
+std::int32_t buffer_read(bp_plugin_state &state, const bp_plugin_buffer *buffer, std::size_t offset,
+                         void *destination, std::size_t bytes, bp_error_sink *sink);
+
+// collectives.cpp
+std::int32_t comm_create(bp_plugin_state &state, std::uint32_t kind, const std::uint32_t *devices,
+                         std::size_t device_count, bp_plugin_comm **out, bp_error_sink *sink);
+void comm_destroy(bp_plugin_state &state, bp_plugin_comm *comm);
+std::int32_t collective_start(bp_plugin_state &state, bp_plugin_comm &comm,
+                              const bp_collective_args *args, bp_plugin_request **out,
+                              bp_error_sink *sink);
+
+}  // namespace backplane::cpu
