@@ -17,6 +17,7 @@ install(FILES "${CMAKE_BINARY_DIR}/BackplaneConfig.cmake" "${CMAKE_BINARY_DIR}/B
 # The .pc file finds its prefix relative to itself, so the tree can be
 # installed anywhere with cmake --install --prefix.
 file(RELATIVE_PATH BACKPLANE_PC_TO_PREFIX "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
+string(REGEX REPLACE "/$" "" BACKPLANE_PC_TO_PREFIX "${BACKPLANE_PC_TO_PREFIX}")  # no "//" in libdir
 configure_file("${CMAKE_CURRENT_LIST_DIR}/backplane.pc.in" "${CMAKE_BINARY_DIR}/backplane.pc" @ONLY)
 install(FILES "${CMAKE_BINARY_DIR}/backplane.pc" DESTINATION "${CMAKE_INSTALL_LIBDIR}/pkgconfig"
         COMPONENT development)

@@ -59,6 +59,7 @@ const char *level_name(bp_log_level level) {
     case BP_LOG_WARN: return "warn";
     case BP_LOG_INFO: return "info";
     case BP_LOG_DEBUG: return "debug";
+    case BP_LOG_LEVEL_MAX_ENUM: break;
   }
   return "?";
 }

@@ -179,7 +179,8 @@ BP_API void bp_buffer_destroy(bp_buffer *buffer);
 
 typedef enum bp_group_policy {
   BP_POLICY_STAGE = 0,  /* mixed kinds run through host memory (not yet available) */
-  BP_POLICY_REJECT = 1  /* mixed kinds are refused */
+  BP_POLICY_REJECT = 1, /* mixed kinds are refused */
+  BP_POLICY_MAX_ENUM = 0x7FFFFFFF
 } bp_group_policy;
 
 typedef struct bp_group_options {

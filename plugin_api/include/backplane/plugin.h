@@ -9,7 +9,9 @@
  *    (an extension chain, NULL today). A reader accepts any struct_size at
  *    least the struct's first-release size (BP_..._SIZE_V1_0) and reads the
  *    fields beyond what the writer sent as zero. Structs only grow at the end.
- *  - Arrays of structs are strided by the first element's struct_size.
+ *  - Arrays of structs are strided by the first element's struct_size. A
+ *    1.0-sized bp_capability is 36 bytes, so the elements of such an array
+ *    may be misaligned: readers copy each element out (memcpy) first.
  *  - Out-structs are allocated by the caller, who sets struct_size; the
  *    callee writes only the fields that fit in it.
  *
@@ -68,7 +70,8 @@ typedef enum bp_log_level {
   BP_LOG_ERROR = 0,
   BP_LOG_WARN = 1,
   BP_LOG_INFO = 2,
-  BP_LOG_DEBUG = 3
+  BP_LOG_DEBUG = 3,
+  BP_LOG_LEVEL_MAX_ENUM = 0x7FFFFFFF
 } bp_log_level;
 
 /* Services the host lends a plugin. Valid until the plugin's destroy returns. */
@@ -216,7 +219,7 @@ typedef struct bp_plugin_descriptor {
   const void *next;
   uint32_t abi_major; /* BP_PLUGIN_ABI_MAJOR the plugin was built with */
   uint32_t abi_minor;
-  const char *name;    /* [a-z0-9_]+, matches the file's libbackplane_<name>.so */
+  const char *name;    /* [a-z0-9_]+; by convention the <name> of libbackplane_<name>.so */
   const char *version; /* semantic version, e.g. "0.1.0" */
   const char *const *device_kinds; /* kinds this plugin owns, e.g. "cpu" */
   size_t device_kind_count;

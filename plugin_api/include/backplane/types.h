@@ -11,7 +11,11 @@
 extern "C" {
 #endif
 
-/* Structured error codes. Stable: the numbers are part of the ABI. */
+/* Structured error codes. Stable: the numbers are part of the ABI.
+ * Every enum ends with a _MAX_ENUM sentinel (as Vulkan's do) so that any
+ * 32-bit value is a valid value of its type in C++ too: an application may
+ * pass an out-of-range value, and the host must be able to read it to
+ * refuse it with BP_INVALID_ARGUMENT. */
 typedef enum bp_code {
   BP_OK = 0,
   BP_INVALID_ARGUMENT = 1,
@@ -30,7 +34,8 @@ typedef enum bp_code {
   BP_DEVICE_FAILURE = 14,
   BP_OUT_OF_MEMORY = 15,
   BP_TIMEOUT = 16,
-  BP_INTERNAL = 17
+  BP_INTERNAL = 17,
+  BP_CODE_MAX_ENUM = 0x7FFFFFFF
 } bp_code;
 #define BP_CODE_COUNT 18
 
@@ -45,7 +50,8 @@ typedef enum bp_dtype {
   BP_I32 = 6,
   BP_U32 = 7,
   BP_I64 = 8,
-  BP_U64 = 9
+  BP_U64 = 9,
+  BP_DTYPE_MAX_ENUM = 0x7FFFFFFF
 } bp_dtype;
 #define BP_DTYPE_COUNT 10
 
@@ -56,7 +62,8 @@ typedef enum bp_reduce_op {
   BP_PROD = 1,
   BP_MIN = 2,
   BP_MAX = 3,
-  BP_AVG = 4
+  BP_AVG = 4,
+  BP_REDUCE_OP_MAX_ENUM = 0x7FFFFFFF
 } bp_reduce_op;
 #define BP_REDUCE_OP_COUNT 5
 
@@ -84,7 +91,8 @@ typedef enum bp_collective {
   BP_GATHER = 5,
   BP_SCATTER = 6,
   BP_ALL_TO_ALL = 7,
-  BP_BARRIER = 8
+  BP_BARRIER = 8,
+  BP_COLLECTIVE_MAX_ENUM = 0x7FFFFFFF
 } bp_collective;
 #define BP_COLLECTIVE_COUNT 9
 

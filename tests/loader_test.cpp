@@ -1,0 +1,618 @@
+// The plugin loader against real .so fixtures (tests/fixtures): every broken
+// plugin is refused with its exact code, the file and the reason, and the
+// good plugins beside it still load and compute. Also the search order,
+// file permissions, ABI version skew and which file names count as plugins.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cctype>
+#include <functional>
+#include <map>
+#include <optional>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "backplane/backplane.hpp"
+#include "backplane/plugin.h"  // the plugin ABI version the host was built with
+#include "fixtures/fixture_checks.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace backplane;
+using namespace backplane::testing;
+using namespace backplane::fixtures;
+
+// cpu devices are fixed so that the checks do not depend on the machine.
+constexpr const char *kPluginOptions = R"({"cpu": {"devices": 2}})";
+constexpr size_t kCpuDevices = 2;
+
+std::string host_abi() { return std::to_string(BP_PLUGIN_ABI_MAJOR) + "." + std::to_string(BP_PLUGIN_ABI_MINOR); }
+
+std::string lower(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
+  return text;
+}
+
+// What the system loader itself says about `file` (dlopen, then dlsym of
+// the entry point), without the "path: " prefix; nullopt if both succeed.
+std::optional<std::string> system_loader_reason(const fs::path &file) {
+  void *handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+  std::string message;
+  if (!handle) {
+    message = dlerror();
+  } else {
+    dlerror();
+    void *entry = dlsym(handle, "bp_plugin_entry");
+    if (!entry) message = dlerror();
+    dlclose(handle);
+    if (entry) return std::nullopt;
+  }
+  std::string prefix = file.string() + ": ";
+  if (message.rfind(prefix, 0) == 0) message.erase(0, prefix.size());
+  return message;
+}
+
+// The good plugins are loaded and an all-reduce on each gives the right numbers.
+void expect_good_plugins_work(Host &host) {
+  std::set<std::string> names = plugin_names(host);
+  EXPECT_EQ(names.count("mock"), 1u) << "mock fixture not loaded" << describe_refused(host);
+  EXPECT_EQ(names.count("cpu"), 1u) << "cpu plugin not loaded" << describe_refused(host);
+  EXPECT_EQ(device_count_of_kind(host, "mock"), kMockDevices);
+  EXPECT_EQ(device_count_of_kind(host, "cpu"), kCpuDevices);
+  EXPECT_TRUE(all_reduce_works(host, "mock", kMockDevices));
+  EXPECT_TRUE(all_reduce_works(host, "cpu", kCpuDevices));
+}
+
+// The refusal's JSON has the code's name, the message and the file.
+void expect_refusal_json(const bp_error *refusal, bp_code code, const fs::path &file) {
+  nlohmann::json json = nlohmann::json::parse(bp_error_json(refusal), nullptr, false);
+  ASSERT_TRUE(json.is_object()) << bp_error_json(refusal);
+  EXPECT_EQ(json.value("code", ""), bp_code_name(code)) << json.dump();
+  EXPECT_EQ(json.value("message", ""), bp_error_message(refusal)) << json.dump();
+  EXPECT_TRUE(same_file(json.value("file", ""), file)) << json.dump();
+}
+
+// Puts fixture `variant` beside the good mock fixture and the cpu plugin in
+// a fresh directory, creates a host over it, and checks that exactly the
+// broken file is refused, with `code` and its path, and that the good
+// plugins still work. `more` checks the refusal further.
+void expect_refused_beside_good(const std::string &variant, bp_code code,
+                                const std::function<void(const bp_error *, const fs::path &)> &more = {}) {
+  SCOPED_TRACE("fixture " + variant);
+  TempDir dir;
+  dir.copy_in(fixture_path("good"));
+  dir.copy_in(plugin_path("cpu"));
+  fs::path broken = dir.copy_in(fixture_path(variant));
+  Host host = make_host({dir.path().string()}, kPluginOptions);
+
+  EXPECT_EQ(host.refused().size(), 1u) << describe_refused(host);
+  const bp_error *refusal = refusal_of(host, broken);
+  ASSERT_NE(refusal, nullptr) << broken << " is not among the refused files" << describe_refused(host);
+  EXPECT_EQ(bp_error_code(refusal), code) << json_of(refusal);
+  EXPECT_FALSE(std::string(bp_error_message(refusal)).empty());
+  expect_refusal_json(refusal, code, broken);
+  if (more) more(refusal, broken);
+  EXPECT_EQ(plugin_names(host), (std::set<std::string>{"cpu", "mock"}));
+  expect_good_plugins_work(host);
+}
+
+// The message keeps what the system loader said about the file.
+void expect_loader_reason(const bp_error *refusal, const fs::path &file) {
+  std::optional<std::string> reason = system_loader_reason(file);
+  ASSERT_TRUE(reason.has_value()) << file << " loads and has an entry point";
+  EXPECT_NE(std::string(bp_error_message(refusal)).find(*reason), std::string::npos)
+      << "message lacks the loader's reason '" << *reason << "': " << json_of(refusal);
+}
+
+// Sets an environment variable for one test and restores it afterwards.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char *name, const std::string &value) : name_(name) {
+    if (const char *old = getenv(name)) old_ = old;
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      setenv(name_, old_->c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv &) = delete;
+  ScopedEnv &operator=(const ScopedEnv &) = delete;
+
+ private:
+  const char *name_;
+  std::optional<std::string> old_;
+};
+
+// A host over `dirs` that also reads BACKPLANE_PLUGIN_PATH (but not the
+// install directory, which would bring in whatever is installed).
+Host make_host_reading_env(const std::vector<std::string> &dirs) {
+  HostOptions options;
+  options.plugin_dirs = dirs;
+  options.flags = BP_HOST_IGNORE_INSTALL_PATH;
+  options.plugin_options_json = kPluginOptions;
+  Result<Host> host = Host::create(options);
+  if (!host) {
+    ADD_FAILURE() << "bp_host_create failed: " << host.error().json();
+    throw Exception(host.error());
+  }
+  return std::move(host).value();
+}
+
+// Applies `mode` and says whether the file system kept it.
+bool chmod_sticks(const fs::path &path, mode_t mode) {
+  struct stat info {};
+  return ::chmod(path.c_str(), mode) == 0 && ::stat(path.c_str(), &info) == 0 && (info.st_mode & 07777) == mode;
+}
+
+std::string plugin_file_of(const Host &host, const std::string &name) {
+  for (const PluginInfo &plugin : host.plugins())
+    if (plugin.name == name) return plugin.file;
+  return "";
+}
+
+// ---- the good ones ----------------------------------------------------------
+
+TEST(LoaderTest, GoodFixtureAndCpuPluginLoadSideBySide) {
+  TempDir dir;
+  fs::path good = dir.copy_in(fixture_path("good"));
+  dir.copy_in(plugin_path("cpu"));
+  Host host = make_host({dir.path().string()}, kPluginOptions);
+  EXPECT_EQ(host.refused().size(), 0u) << describe_refused(host);
+  EXPECT_EQ(plugin_names(host), (std::set<std::string>{"cpu", "mock"}));
+  for (const PluginInfo &plugin : host.plugins()) {
+    if (plugin.name != "mock") continue;
+    EXPECT_EQ(plugin.version, kFixtureVersion);
+    EXPECT_EQ(plugin.abi_major, 1u);
+    EXPECT_EQ(plugin.abi_minor, 0u);
+    EXPECT_TRUE(same_file(plugin.file, good)) << plugin.file;
+    EXPECT_EQ(plugin.device_kinds, std::vector<std::string>{"mock"});
+  }
+  for (uint32_t index = 0; index < kMockDevices; ++index) {
+    std::string name = "mock:" + std::to_string(index);
+    Result<Device> device = host.find_device(name);
+    ASSERT_TRUE(device) << device.error().json();
+    Result<DeviceInfo> info = device->info();
+    ASSERT_TRUE(info) << info.error().json();
+    EXPECT_EQ(info->name, name);
+    EXPECT_EQ(info->kind, "mock");
+    EXPECT_EQ(info->index, index);
+    EXPECT_EQ(info->plugin, "mock");
+    EXPECT_EQ(info->flags & BP_DEVICE_HOST_ADDRESSABLE, BP_DEVICE_HOST_ADDRESSABLE);
+  }
+  expect_good_plugins_work(host);
+}
+
+TEST(LoaderTest, PluginOptionsReachTheirKind) {
+  TempDir dir;
+  dir.copy_in(fixture_path("good"));
+  dir.copy_in(plugin_path("cpu"));
+  Host host = make_host({dir.path().string()}, R"({"mock": {"devices": 2}, "cpu": {"devices": 3}})");
+  EXPECT_EQ(host.refused().size(), 0u) << describe_refused(host);
+  EXPECT_EQ(device_count_of_kind(host, "mock"), 2u);
+  EXPECT_EQ(device_count_of_kind(host, "cpu"), 3u);
+  EXPECT_TRUE(all_reduce_works(host, "mock", 2));
+  EXPECT_TRUE(all_reduce_works(host, "cpu", 3));
+}
+
+// ---- refused: not loadable (BP_PLUGIN_LOAD) ---------------------------------
+
+TEST(LoaderTest, GarbageFileIsRefusedWithTheLoadersReason) {
+  expect_refused_beside_good("garbage", BP_PLUGIN_LOAD, [](const bp_error *refusal, const fs::path &file) {
+    EXPECT_NE(std::string(bp_error_message(refusal)).find("invalid ELF header"), std::string::npos)
+        << json_of(refusal);
+    expect_loader_reason(refusal, file);
+  });
+}
+
+TEST(LoaderTest, TruncatedElfIsRefusedWithTheLoadersReason) {
+  expect_refused_beside_good("truncated", BP_PLUGIN_LOAD, [](const bp_error *refusal, const fs::path &file) {
+    expect_loader_reason(refusal, file);
+  });
+}
+
+TEST(LoaderTest, MissingEntryPointIsRefused) {
+  // dlopen succeeds here; only the symbol is missing, which the message names.
+  expect_refused_beside_good("missing_entry", BP_PLUGIN_LOAD, [](const bp_error *refusal, const fs::path &) {
+    EXPECT_NE(std::string(bp_error_message(refusal)).find("bp_plugin_entry"), std::string::npos)
+        << json_of(refusal);
+  });
+}
+
+TEST(LoaderTest, UnresolvedSymbolIsRefusedWithTheLoadersReason) {
+  expect_refused_beside_good("unresolved_symbol", BP_PLUGIN_LOAD, [](const bp_error *refusal, const fs::path &file) {
+    std::string message = bp_error_message(refusal);
+    EXPECT_NE(message.find("undefined symbol"), std::string::npos) << json_of(refusal);
+    EXPECT_NE(message.find("bp_fixture_function_defined_nowhere"), std::string::npos) << json_of(refusal);
+    expect_loader_reason(refusal, file);
+  });
+}
+
+// ---- refused: ABI major mismatch (BP_PLUGIN_ABI) -----------------------------
+
+TEST(LoaderTest, AbiMajorTooNewIsRefusedNamingBothVersions) {
+  expect_refused_beside_good("abi_too_new", BP_PLUGIN_ABI, [](const bp_error *refusal, const fs::path &) {
+    EXPECT_EQ(text_field(refusal, "plugin_abi"), "2.0") << json_of(refusal);
+    EXPECT_EQ(text_field(refusal, "host_abi"), host_abi()) << json_of(refusal);
+    // A plugin newer than the host: the host is the side to upgrade.
+    std::string advice = lower(std::string(bp_error_message(refusal)) + " " + text_field(refusal, "hint"));
+    EXPECT_TRUE(std::regex_search(advice, std::regex("(upgrade|update)[^.;]*(host|backplane)")))
+        << "does not say to upgrade the host: " << json_of(refusal);
+  });
+}
+
+TEST(LoaderTest, AbiMajorTooOldIsRefusedNamingBothVersions) {
+  expect_refused_beside_good("abi_too_old", BP_PLUGIN_ABI, [](const bp_error *refusal, const fs::path &) {
+    EXPECT_EQ(text_field(refusal, "plugin_abi"), "0.0") << json_of(refusal);
+    EXPECT_EQ(text_field(refusal, "host_abi"), host_abi()) << json_of(refusal);
+    // A plugin older than the host: the plugin is the side to upgrade.
+    std::string advice = lower(std::string(bp_error_message(refusal)) + " " + text_field(refusal, "hint"));
+    EXPECT_TRUE(std::regex_search(advice, std::regex("(upgrade|update|rebuild)[^.;]*plugin")))
+        << "does not say to upgrade the plugin: " << json_of(refusal);
+  });
+}
+
+// ---- refused: the plugin's own initialisation (BP_PLUGIN_INIT) --------------
+
+TEST(LoaderTest, EntryRefusalKeepsThePluginsReason) {
+  expect_refused_beside_good("refuses", BP_PLUGIN_INIT, [](const bp_error *refusal, const fs::path &) {
+    EXPECT_NE(std::string(bp_error_message(refusal)).find("no licence"), std::string::npos) << json_of(refusal);
+  });
+}
+
+TEST(LoaderTest, ExceptionFromEntryIsRefusedNotFatal) {
+  expect_refused_beside_good("throws", BP_PLUGIN_INIT);
+}
+
+TEST(LoaderTest, NullDescriptorIsRefused) { expect_refused_beside_good("null_descriptor", BP_PLUGIN_INIT); }
+
+TEST(LoaderTest, ZeroStructSizeDescriptorIsRefused) {
+  expect_refused_beside_good("zero_struct_size", BP_PLUGIN_INIT);
+}
+
+TEST(LoaderTest, UnknownCollectiveInCapabilitiesIsRefused) {
+  expect_refused_beside_good("unknown_collective", BP_PLUGIN_INIT, [](const bp_error *refusal, const fs::path &) {
+    EXPECT_NE(std::string(bp_error_message(refusal)).find("42"), std::string::npos)
+        << "message does not name the collective id: " << json_of(refusal);
+  });
+}
+
+TEST(LoaderTest, EmptyKindNameIsRefused) { expect_refused_beside_good("empty_kind", BP_PLUGIN_INIT); }
+
+// ---- refused: a kind already owned (BP_PLUGIN_CONFLICT) ---------------------
+
+TEST(LoaderTest, SecondPluginClaimingAKindIsAConflictAndTheFirstKeepsWorking) {
+  TempDir dir;
+  dir.copy_in(fixture_path("good"));
+  dir.copy_in(plugin_path("cpu"));
+  TempDir extra;
+  fs::path duplicate = extra.copy_in(fixture_path("duplicate_kind"), "libbackplane_mock_dup.so");
+  Host host = make_host({dir.path().string()}, kPluginOptions);
+  ASSERT_EQ(host.refused().size(), 0u) << describe_refused(host);
+
+  Status status = host.load_plugin(duplicate.string());
+  ASSERT_FALSE(status.ok()) << "a second owner of kind 'mock' was accepted";
+  EXPECT_EQ(status.error().code(), BP_PLUGIN_CONFLICT) << status.error().json();
+  EXPECT_TRUE(same_file(status.error().field("file"), duplicate)) << status.error().json();
+  std::string message(status.error().message());
+  EXPECT_NE(message.find("mock"), std::string::npos) << "message does not name the kind: " << message;
+
+  const bp_error *listed = refusal_of(host, duplicate);
+  ASSERT_NE(listed, nullptr) << describe_refused(host);
+  EXPECT_EQ(bp_error_code(listed), BP_PLUGIN_CONFLICT) << json_of(listed);
+  EXPECT_EQ(plugin_names(host), (std::set<std::string>{"cpu", "mock"}));
+  for (uint32_t index = 0; index < kMockDevices; ++index) {
+    Result<Device> device = host.find_device("mock:" + std::to_string(index));
+    ASSERT_TRUE(device) << device.error().json();
+    Result<DeviceInfo> info = device->info();
+    ASSERT_TRUE(info) << info.error().json();
+    EXPECT_EQ(info->plugin, "mock") << "mock:" << index << " changed owner";
+  }
+  expect_good_plugins_work(host);
+}
+
+// In one directory the load order decides which is first; whichever it is,
+// exactly one owner of "mock" remains, and the other is the conflict.
+TEST(LoaderTest, TwoOwnersOfAKindInOneDirectoryLeaveExactlyOne) {
+  TempDir dir;
+  fs::path good = dir.copy_in(fixture_path("good"));
+  fs::path duplicate = dir.copy_in(fixture_path("duplicate_kind"), "libbackplane_mock_dup.so");
+  dir.copy_in(plugin_path("cpu"));
+  Host host = make_host({dir.path().string()}, kPluginOptions);
+  ASSERT_EQ(host.refused().size(), 1u) << describe_refused(host);
+  const bp_error *refusal = host.refused()[0];
+  EXPECT_EQ(bp_error_code(refusal), BP_PLUGIN_CONFLICT) << json_of(refusal);
+  std::string file = text_field(refusal, "file");
+  EXPECT_TRUE(same_file(file, good) || same_file(file, duplicate)) << json_of(refusal);
+  std::set<std::string> names = plugin_names(host);
+  EXPECT_EQ(names.count("mock") + names.count("mock_dup"), 1u);
+  EXPECT_EQ(device_count_of_kind(host, "mock"), kMockDevices);
+  EXPECT_TRUE(all_reduce_works(host, "mock", kMockDevices));
+}
+
+// ---- everything broken at once ----------------------------------------------
+
+TEST(LoaderTest, EveryBrokenFixtureInOneDirectoryIsRefusedWithItsOwnCode) {
+  const std::map<std::string, bp_code> broken = {
+      {"garbage", BP_PLUGIN_LOAD},         {"truncated", BP_PLUGIN_LOAD},
+      {"missing_entry", BP_PLUGIN_LOAD},   {"unresolved_symbol", BP_PLUGIN_LOAD},
+      {"abi_too_new", BP_PLUGIN_ABI},      {"abi_too_old", BP_PLUGIN_ABI},
+      {"refuses", BP_PLUGIN_INIT},         {"throws", BP_PLUGIN_INIT},
+      {"null_descriptor", BP_PLUGIN_INIT}, {"zero_struct_size", BP_PLUGIN_INIT},
+      {"unknown_collective", BP_PLUGIN_INIT}, {"empty_kind", BP_PLUGIN_INIT}};
+  TempDir dir;
+  dir.copy_in(fixture_path("good"));
+  dir.copy_in(plugin_path("cpu"));
+  std::map<std::string, fs::path> copied;
+  for (const auto &[variant, code] : broken) copied[variant] = dir.copy_in(fixture_path(variant));
+  Host host = make_host({dir.path().string()}, kPluginOptions);
+
+  EXPECT_EQ(host.refused().size(), broken.size()) << describe_refused(host);
+  for (const auto &[variant, code] : broken) {
+    const bp_error *refusal = refusal_of(host, copied[variant]);
+    ASSERT_NE(refusal, nullptr) << variant << " not refused" << describe_refused(host);
+    EXPECT_EQ(bp_error_code(refusal), code) << variant << ": " << json_of(refusal);
+  }
+  EXPECT_EQ(plugin_names(host), (std::set<std::string>{"cpu", "mock"}));
+  expect_good_plugins_work(host);
+}
+
+// ---- bp_host_load_plugin ----------------------------------------------------
+
+TEST(LoaderTest, LoadPluginReturnsTheRefusalAndListsIt) {
+  TempDir empty;
+  Host host = make_host({empty.path().string()});
+  ASSERT_EQ(host.plugins().size(), 0u);
+
+  fs::path garbage = fixture_path("garbage");
+  Status refused = host.load_plugin(garbage.string());
+  ASSERT_FALSE(refused.ok()) << "garbage was accepted";
+  EXPECT_EQ(refused.error().code(), BP_PLUGIN_LOAD) << refused.error().json();
+  EXPECT_TRUE(same_file(refused.error().field("file"), garbage)) << refused.error().json();
+  ASSERT_EQ(host.refused().size(), 1u) << describe_refused(host);
+  EXPECT_EQ(bp_error_code(host.refused()[0]), BP_PLUGIN_LOAD) << json_of(host.refused()[0]);
+  EXPECT_EQ(refused.error().json(), bp_error_json(host.refused()[0]));
+
+  Status too_new = host.load_plugin(fixture_path("abi_too_new").string());
+  ASSERT_FALSE(too_new.ok()) << "abi_too_new was accepted";
+  EXPECT_EQ(too_new.error().code(), BP_PLUGIN_ABI) << too_new.error().json();
+  EXPECT_EQ(too_new.error().field("plugin_abi"), "2.0") << too_new.error().json();
+  EXPECT_EQ(host.refused().size(), 2u) << describe_refused(host);
+
+  Status good = host.load_plugin(fixture_path("good").string());
+  ASSERT_TRUE(good.ok()) << good.error().json();
+  EXPECT_EQ(plugin_names(host), std::set<std::string>{"mock"});
+  EXPECT_EQ(device_count_of_kind(host, "mock"), kMockDevices);
+  EXPECT_TRUE(all_reduce_works(host, "mock", kMockDevices));
+}
+
+// ---- version skew -----------------------------------------------------------
+
+// Everything the capability table says about `kind`, merged per collective.
+struct KindCapabilities {
+  std::map<uint32_t, uint32_t> dtypes, reduce_ops, flags;
+  std::set<std::string> plugins;
+};
+KindCapabilities capabilities_of(const Host &host, const std::string &kind) {
+  KindCapabilities merged;
+  for (const CapabilityInfo &row : host.capabilities()) {
+    if (!row.device_kind || row.device_kind != kind) continue;
+    merged.dtypes[row.collective] |= row.dtypes;
+    merged.reduce_ops[row.collective] |= row.reduce_ops;
+    merged.flags[row.collective] |= row.flags;
+    merged.plugins.insert(row.plugin ? row.plugin : "");
+  }
+  return merged;
+}
+
+// A fixture with the good mock's capabilities, loaded under another name and
+// kind, must read back exactly as declared and compute correctly: proof the
+// host read its (longer or shorter) structs by their struct_size.
+void expect_mock_equivalent_loads(const std::string &variant, const std::string &plugin, const std::string &kind,
+                                  uint32_t abi_minor) {
+  SCOPED_TRACE("fixture " + variant);
+  TempDir dir;
+  fs::path file = dir.copy_in(fixture_path(variant));
+  dir.copy_in(plugin_path("cpu"));
+  Host host = make_host({dir.path().string()}, kPluginOptions);
+  EXPECT_EQ(host.refused().size(), 0u) << describe_refused(host);
+  ASSERT_EQ(plugin_names(host), (std::set<std::string>{"cpu", plugin})) << describe_refused(host);
+  for (const PluginInfo &info : host.plugins()) {
+    if (info.name != plugin) continue;
+    EXPECT_EQ(info.abi_major, 1u);
+    EXPECT_EQ(info.abi_minor, abi_minor);
+    EXPECT_EQ(info.version, kFixtureVersion);
+    EXPECT_TRUE(same_file(info.file, file)) << info.file;
+    EXPECT_EQ(info.device_kinds, std::vector<std::string>{kind});
+  }
+
+  KindCapabilities caps = capabilities_of(host, kind);
+  const uint32_t f32_i32 = (1u << BP_F32) | (1u << BP_I32);
+  const uint32_t both = BP_CAPABILITY_IN_PLACE | BP_CAPABILITY_OUT_OF_PLACE;
+  EXPECT_EQ(caps.plugins, std::set<std::string>{plugin});
+  EXPECT_EQ(caps.dtypes[BP_ALL_REDUCE], f32_i32);
+  EXPECT_EQ(caps.reduce_ops[BP_ALL_REDUCE], (1u << BP_SUM) | (1u << BP_MAX));
+  EXPECT_EQ(caps.flags[BP_ALL_REDUCE], both);
+  EXPECT_EQ(caps.dtypes[BP_BROADCAST], f32_i32);
+  EXPECT_EQ(caps.flags[BP_BROADCAST], both);
+  for (const auto &[collective, dtypes] : caps.dtypes)
+    EXPECT_TRUE(collective == BP_ALL_REDUCE || collective == BP_BROADCAST || collective == BP_BARRIER)
+        << "undeclared collective " << collective << " with dtypes " << dtypes;
+
+  std::vector<Device> devices;
+  ASSERT_TRUE(find_devices(host, kind, kMockDevices, devices));
+  Result<Group> group = host.create_group(devices);
+  ASSERT_TRUE(group) << group.error().json();
+  EXPECT_TRUE(group->check(BP_ALL_REDUCE, BP_I32, BP_MAX).ok());
+  EXPECT_TRUE(group->check(BP_BROADCAST, BP_F32).ok());
+  EXPECT_TRUE(group->check(BP_BARRIER, BP_F32).ok());
+  Status f64 = group->check(BP_ALL_REDUCE, BP_F64, BP_SUM);
+  ASSERT_FALSE(f64.ok()) << "all_reduce f64 accepted on " << kind;
+  EXPECT_EQ(f64.error().code(), BP_UNSUPPORTED_DTYPE) << f64.error().json();
+  EXPECT_TRUE(all_reduce_works(host, kind, kMockDevices));
+}
+
+TEST(LoaderTest, NewerMinorWithLongerStructsLoads) {
+  expect_mock_equivalent_loads("good_v1_1", "good_v1_1", "mock_v1_1", 7);
+}
+
+TEST(LoaderTest, FirstReleaseSizedStructsLoad) {
+  expect_mock_equivalent_loads("short_struct", "short_struct", "mock_short", 0);
+}
+
+// ---- which files count as plugins ---------------------------------------------
+
+TEST(LoaderTest, FilesNotNamedLikePluginsAreSkippedSilently) {
+  TempDir dir;
+  dir.copy_in(fixture_path("good"));
+  dir.copy_in(plugin_path("cpu"));
+  // Each would be refused with BP_PLUGIN_LOAD if the host tried to load it.
+  for (const char *name : {"README.txt", "libfoo.so", "backplane_mock.so", "libbackplane_mock.so.1",
+                           "libbackplane_mock.so.bak", "libbackplane_mock.so~", "libbackplane_mock.txt",
+                           "libBACKPLANE_mock.so", "mock.so"})
+    dir.copy_in(fixture_path("garbage"), name);
+  Host host = make_host({dir.path().string()}, kPluginOptions);
+  EXPECT_EQ(host.refused().size(), 0u) << describe_refused(host);
+  EXPECT_EQ(plugin_names(host), (std::set<std::string>{"cpu", "mock"}));
+  expect_good_plugins_work(host);
+}
+
+// ---- permissions --------------------------------------------------------------
+
+// A plugin file anyone but its owner (or root) may rewrite is code anyone may
+// inject: refused, whatever else the file is.
+TEST(LoaderTest, PluginFileWritableByGroupOrOthersIsRefused) {
+  for (mode_t mode : {mode_t{0666}, mode_t{0777}, mode_t{0775}, mode_t{0757}, mode_t{0646}}) {
+    SCOPED_TRACE("mode " + std::to_string(mode >> 6) + std::to_string((mode >> 3) & 7) + std::to_string(mode & 7));
+    TempDir dir;
+    fs::path good = dir.copy_in(fixture_path("good"));
+    dir.copy_in(plugin_path("cpu"));
+    if (!chmod_sticks(good, mode)) GTEST_SKIP() << "this file system ignores chmod";
+    Host host = make_host({dir.path().string()}, kPluginOptions);
+    ASSERT_EQ(host.refused().size(), 1u) << describe_refused(host);
+    const bp_error *refusal = refusal_of(host, good);
+    ASSERT_NE(refusal, nullptr) << describe_refused(host);
+    EXPECT_EQ(bp_error_code(refusal), BP_PLUGIN_LOAD) << json_of(refusal);
+    EXPECT_NE(lower(bp_error_message(refusal)).find("writable"), std::string::npos)
+        << "message does not say why: " << json_of(refusal);
+    EXPECT_EQ(plugin_names(host), std::set<std::string>{"cpu"});
+    EXPECT_TRUE(all_reduce_works(host, "cpu", kCpuDevices));
+  }
+}
+
+TEST(LoaderTest, PluginFileWritableByOwnerOnlyLoads) {
+  for (mode_t mode : {mode_t{0755}, mode_t{0700}, mode_t{0555}, mode_t{0644}}) {
+    SCOPED_TRACE("mode " + std::to_string(mode >> 6) + std::to_string((mode >> 3) & 7) + std::to_string(mode & 7));
+    TempDir dir;
+    fs::path good = dir.copy_in(fixture_path("good"));
+    if (!chmod_sticks(good, mode)) GTEST_SKIP() << "this file system ignores chmod";
+    Host host = make_host({dir.path().string()});
+    EXPECT_EQ(host.refused().size(), 0u) << describe_refused(host);
+    EXPECT_EQ(plugin_names(host), std::set<std::string>{"mock"});
+  }
+}
+
+// A directory others may write to lets them swap plugins in: nothing in it
+// loads, every candidate is refused, and the other directories still load.
+TEST(LoaderTest, PluginDirectoryWritableByGroupOrOthersIsRefused) {
+  for (mode_t mode : {mode_t{0777}, mode_t{0775}, mode_t{0757}}) {
+    SCOPED_TRACE("mode " + std::to_string(mode >> 6) + std::to_string((mode >> 3) & 7) + std::to_string(mode & 7));
+    TempDir writable;
+    writable.copy_in(fixture_path("good"));
+    TempDir safe;
+    safe.copy_in(plugin_path("cpu"));
+    if (!chmod_sticks(writable.path(), mode)) GTEST_SKIP() << "this file system ignores chmod";
+    Host host = make_host({writable.path().string(), safe.path().string()}, kPluginOptions);
+    EXPECT_EQ(plugin_names(host), std::set<std::string>{"cpu"}) << describe_refused(host);
+    ASSERT_GE(host.refused().size(), 1u) << "nothing refused in a writable directory";
+    for (const bp_error *refusal : host.refused()) {
+      EXPECT_EQ(bp_error_code(refusal), BP_PLUGIN_LOAD) << json_of(refusal);
+      fs::path file = text_field(refusal, "file");
+      EXPECT_TRUE(same_file(file, writable.path()) || same_file(file.parent_path().string(), writable.path()))
+          << "refusal names neither the directory nor a file in it: " << json_of(refusal);
+    }
+    EXPECT_TRUE(all_reduce_works(host, "cpu", kCpuDevices));
+    ::chmod(writable.path().c_str(), 0755);
+  }
+}
+
+// ---- search order -------------------------------------------------------------
+
+// Which of two owners of kind "mock" wins shows which directory was read first.
+TEST(LoaderTest, CallerDirectoriesAreSearchedInOrder) {
+  TempDir first, second;
+  fs::path good = first.copy_in(fixture_path("good"));
+  fs::path duplicate = second.copy_in(fixture_path("duplicate_kind"), "libbackplane_mock_dup.so");
+  {
+    Host host = make_host({first.path().string(), second.path().string()});
+    EXPECT_EQ(plugin_names(host), std::set<std::string>{"mock"}) << describe_refused(host);
+    const bp_error *refusal = refusal_of(host, duplicate);
+    ASSERT_NE(refusal, nullptr) << describe_refused(host);
+    EXPECT_EQ(bp_error_code(refusal), BP_PLUGIN_CONFLICT) << json_of(refusal);
+  }
+  {
+    Host host = make_host({second.path().string(), first.path().string()});
+    EXPECT_EQ(plugin_names(host), std::set<std::string>{"mock_dup"}) << describe_refused(host);
+    const bp_error *refusal = refusal_of(host, good);
+    ASSERT_NE(refusal, nullptr) << describe_refused(host);
+    EXPECT_EQ(bp_error_code(refusal), BP_PLUGIN_CONFLICT) << json_of(refusal);
+  }
+}
+
+TEST(LoaderTest, CallerDirectoriesComeBeforeTheEnvironmentPath) {
+  TempDir caller, from_env;
+  fs::path good = caller.copy_in(fixture_path("good"));
+  fs::path duplicate = from_env.copy_in(fixture_path("duplicate_kind"), "libbackplane_mock_dup.so");
+  ScopedEnv env("BACKPLANE_PLUGIN_PATH", from_env.path().string());
+  Host host = make_host_reading_env({caller.path().string()});
+  EXPECT_EQ(plugin_names(host), std::set<std::string>{"mock"}) << describe_refused(host);
+  EXPECT_TRUE(same_file(plugin_file_of(host, "mock"), good));
+  const bp_error *refusal = refusal_of(host, duplicate);
+  ASSERT_NE(refusal, nullptr) << "BACKPLANE_PLUGIN_PATH not searched" << describe_refused(host);
+  EXPECT_EQ(bp_error_code(refusal), BP_PLUGIN_CONFLICT) << json_of(refusal);
+}
+
+TEST(LoaderTest, EnvironmentPathIsSearchedAfterTheCallerDirectories) {
+  TempDir caller, from_env;
+  caller.copy_in(plugin_path("cpu"));
+  fs::path duplicate = caller.copy_in(fixture_path("duplicate_kind"), "libbackplane_mock_dup.so");
+  fs::path good = from_env.copy_in(fixture_path("good"));
+  ScopedEnv env("BACKPLANE_PLUGIN_PATH", from_env.path().string());
+  Host host = make_host_reading_env({caller.path().string()});
+  // The caller's mock_dup owns "mock" now; the environment's mock is second.
+  EXPECT_EQ(plugin_names(host), (std::set<std::string>{"cpu", "mock_dup"})) << describe_refused(host);
+  const bp_error *refusal = refusal_of(host, good);
+  ASSERT_NE(refusal, nullptr) << "BACKPLANE_PLUGIN_PATH not searched" << describe_refused(host);
+  EXPECT_EQ(bp_error_code(refusal), BP_PLUGIN_CONFLICT) << json_of(refusal);
+  EXPECT_TRUE(same_file(plugin_file_of(host, "mock_dup"), duplicate));
+}
+
+TEST(LoaderTest, EnvironmentPathIsColonSeparated) {
+  TempDir caller, env_first, env_second;
+  env_first.copy_in(fixture_path("good"));
+  env_second.copy_in(plugin_path("cpu"));
+  ScopedEnv env("BACKPLANE_PLUGIN_PATH", env_first.path().string() + ":" + env_second.path().string());
+  Host host = make_host_reading_env({caller.path().string()});
+  EXPECT_EQ(host.refused().size(), 0u) << describe_refused(host);
+  EXPECT_EQ(plugin_names(host), (std::set<std::string>{"cpu", "mock"}));
+  expect_good_plugins_work(host);
+}
+
+TEST(LoaderTest, EnvironmentPathIsIgnoredWithTheFlag) {
+  TempDir caller, from_env;
+  caller.copy_in(plugin_path("cpu"));
+  from_env.copy_in(fixture_path("good"));
+  ScopedEnv env("BACKPLANE_PLUGIN_PATH", from_env.path().string());
+  Host host = make_host({caller.path().string()}, kPluginOptions);  // BP_HOST_IGNORE_ENV_PATH
+  EXPECT_EQ(host.refused().size(), 0u) << describe_refused(host);
+  EXPECT_EQ(plugin_names(host), std::set<std::string>{"cpu"});
+}
+
+}  // namespace

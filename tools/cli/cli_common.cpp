@@ -1,0 +1,42 @@
+// Opening a host from the global options and printing host errors; shared by
+// every subcommand.
+#include <cstdio>
+
+#include "cli.hpp"
+
+namespace backplane::cli {
+
+std::optional<Host> open_host(const GlobalOptions &options) {
+  HostOptions host_options;
+  host_options.plugin_dirs = options.plugin_dirs;
+  host_options.plugin_options_json = options.plugin_options_json;
+  if (options.only_plugin_dirs) host_options.flags |= BP_HOST_IGNORE_ENV_PATH | BP_HOST_IGNORE_INSTALL_PATH;
+  Result<Host> host = Host::create(host_options);
+  if (!host) {
+    print_error(host.error());
+    return std::nullopt;
+  }
+  return std::move(host).value();
+}
+
+void print_error(const bp_error *error) {
+  std::fprintf(stderr, "error: %s\n", bp_error_message(error));
+  // The hint is a plain string field; absent or empty means there is none.
+  const char *hint = bp_error_field(error, "hint");
+  if (hint && *hint) std::fprintf(stderr, "hint: %s\n", hint);
+}
+
+void print_error(const Error &error) { print_error(error.get()); }
+
+void note_refused(const Host &host) {
+  const size_t refused = host.refused().size();
+  if (refused)
+    std::fprintf(stderr, "note: %zu plugin file%s refused; `backplane plugins` says why\n", refused,
+                 refused == 1 ? " was" : "s were");
+}
+
+void print_usage_error(const std::string &message) {
+  std::fprintf(stderr, "error: %s\nRun with --help for more information.\n", message.c_str());
+}
+
+}  // namespace backplane::cli

@@ -1,0 +1,64 @@
+// `backplane devices`: every device the loaded plugins enumerate.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cli.hpp"
+#include "table.hpp"
+
+namespace backplane::cli {
+namespace {
+
+std::vector<std::string> flag_names(uint32_t flags) {
+  std::vector<std::string> names;
+  if (flags & BP_DEVICE_HOST_ADDRESSABLE) names.emplace_back("host-addressable");
+  return names;
+}
+
+}  // namespace
+
+int run_devices(const GlobalOptions &options, bool json) {
+  std::optional<Host> host = open_host(options);
+  if (!host) return kExitFailure;
+  note_refused(*host);
+
+  std::vector<DeviceInfo> devices;
+  for (const Device &device : host->devices()) {
+    Result<DeviceInfo> info = device.info();
+    if (!info) {
+      print_error(info.error());
+      return kExitFailure;
+    }
+    devices.push_back(std::move(*info));
+  }
+
+  if (json) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    for (const DeviceInfo &device : devices)
+      out.push_back({{"name", device.name},
+                     {"kind", device.kind},
+                     {"index", device.index},
+                     {"plugin", device.plugin},
+                     {"flags", flag_names(device.flags)},
+                     {"memory_bytes", device.memory_bytes},
+                     {"description", device.description}});
+    std::printf("%s\n", out.dump(2).c_str());
+    return kExitOk;
+  }
+
+  if (devices.empty()) {
+    // Say where to look rather than leaving an empty table.
+    std::printf("no devices (see `backplane plugins` for what was loaded and refused)\n");
+    return kExitOk;
+  }
+  Table table({{"name"}, {"kind"}, {"plugin"}, {"flags"}, {"memory", Align::right}, {"description"}});
+  for (const DeviceInfo &device : devices) {
+    std::string flags;
+    for (const std::string &flag : flag_names(device.flags)) flags += (flags.empty() ? "" : ",") + flag;
+    table.add_row({device.name, device.kind, device.plugin, flags.empty() ? "-" : flags,
+                   device.memory_bytes ? format_bytes(device.memory_bytes) : "-", device.description});
+  }
+  table.print(stdout);
+  return kExitOk;
+}
+
+}  // namespace backplane::cli
