@@ -8,6 +8,8 @@ packages=(
   build-essential g++ clang cmake ninja-build pkg-config git
   # host: plugin loading (Boost.DLL, header-only), JSON, CLI
   libboost-dev nlohmann-json3-dev libcli11-dev
+  # fleet files: a real JSON Schema validator (header-only, nlohmann adapter)
+  libvalijson-dev
   # SIMD for the CPU plugin's reductions
   libhwy-dev
   # tests and micro-benchmarks

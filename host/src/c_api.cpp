@@ -145,6 +145,8 @@ Status check_range(const char *function, const bp_buffer *buffer, size_t offset,
   return {};
 }
 
+}  // namespace
+
 Status create_group(bp_host *host, bp_device *const *ranks, size_t rank_count, const bp_group_options *options,
                     bp_group **out) {
   constexpr const char *function = "bp_group_create";
@@ -199,6 +201,23 @@ Status create_group(bp_host *host, bp_device *const *ranks, size_t rank_count, c
   *out = group.release();
   return {};
 }
+
+void destroy_group(bp_group *group) {
+  if (group->comm) {
+    LoadedPlugin &plugin = *group->kind->plugin;
+    if (!plugin.failed.load()) {
+      try {
+        plugin.functions.comm_destroy(plugin.state, group->comm);
+      } catch (...) {
+        Status ignored = plugin_threw(plugin, "comm_destroy", "an exception");
+        (void)ignored;
+      }
+    }
+  }
+  delete group;
+}
+
+namespace {
 
 bp_collective_request make_request(bp_collective collective, bp_buffer *const *send, bp_buffer *const *recv,
                                    size_t count, bp_dtype dtype, bp_reduce_op op, uint32_t root) {
@@ -410,19 +429,8 @@ bp_error *bp_group_create(bp_host *host, bp_device *const *ranks, size_t rank_co
 size_t bp_group_size(const bp_group *group) { return group ? group->ranks.size() : 0; }
 
 void bp_group_destroy(bp_group *group) {
-  if (!group) return;
-  if (group->comm) {
-    LoadedPlugin &plugin = *group->kind->plugin;
-    if (!plugin.failed.load()) {
-      try {
-        plugin.functions.comm_destroy(plugin.state, group->comm);
-      } catch (...) {
-        Status ignored = plugin_threw(plugin, "comm_destroy", "an exception");
-        (void)ignored;
-      }
-    }
-  }
-  delete group;
+  if (!group || group->owned_by_host) return;
+  destroy_group(group);
 }
 
 bp_error *bp_group_check(bp_group *group, bp_collective collective, bp_dtype dtype, bp_reduce_op op) {

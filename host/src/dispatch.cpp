@@ -70,10 +70,11 @@ Status mixed_kinds(const bp_group &group, uint32_t collective, uint32_t dtype, u
 
 // Loaded kinds that run the request, and plugins that declare it but were refused.
 nlohmann::json find_alternatives(const bp_group &group, uint32_t collective, uint32_t dtype, uint32_t op,
-                                 uint32_t mode_flags) {
+                                 uint32_t mode_flags, HostLock host_lock) {
   nlohmann::json alternatives = nlohmann::json::array();
   const bp_host &host = *group.host;
-  std::shared_lock lock(host.mutex);
+  std::shared_lock lock(host.mutex, std::defer_lock);
+  if (host_lock == HostLock::take) lock.lock();
   for (const auto &kind : host.kinds) {
     if (kind.get() == group.kind) continue;
     if (kind->capabilities.lookup(collective, dtype, op, mode_flags) == Support::yes)
@@ -92,7 +93,7 @@ nlohmann::json find_alternatives(const bp_group &group, uint32_t collective, uin
 }
 
 Status unsupported(const bp_group &group, uint32_t collective, uint32_t dtype, uint32_t op, uint32_t mode_flags,
-                   Support why) {
+                   Support why, HostLock host_lock) {
   const DeviceKind &kind = *group.kind;
   const LoadedPlugin &plugin = *kind.plugin;
   const CapabilitySet &declared = kind.capabilities;
@@ -130,7 +131,7 @@ Status unsupported(const bp_group &group, uint32_t collective, uint32_t dtype, u
     reason = "the device declares less than its kind: " + plugin_text + " runs it on other " + kind.name + " devices";
     fallback_hint = "create the group from devices that support it";
   }
-  nlohmann::json alternatives = find_alternatives(group, collective, dtype, op, mode_flags);
+  nlohmann::json alternatives = find_alternatives(group, collective, dtype, op, mode_flags, host_lock);
   std::string hint = fallback_hint;
   for (const nlohmann::json &alternative : alternatives) {
     if (alternative.contains("plugin")) {
@@ -261,7 +262,8 @@ Status start(bp_group *group, const bp_collective_request *given, bp_plugin_requ
   if (!group->kind) return mixed_kinds(*group, request.collective, request.dtype, request.reduce_op);
   Support support = group->capabilities.lookup(request.collective, request.dtype, request.reduce_op, mode_flags);
   if (support != Support::yes)
-    return unsupported(*group, request.collective, request.dtype, request.reduce_op, mode_flags, support);
+    return unsupported(*group, request.collective, request.dtype, request.reduce_op, mode_flags, support,
+                       HostLock::take);
 
   LoadedPlugin &plugin = *group->kind->plugin;
   bp_collective_args args{};
@@ -304,7 +306,8 @@ void release(LoadedPlugin &plugin, bp_plugin_request *request) {
 
 }  // namespace
 
-Status check_support(const bp_group &group, uint32_t collective, uint32_t dtype, uint32_t op, uint32_t mode_flags) {
+Status check_support(const bp_group &group, uint32_t collective, uint32_t dtype, uint32_t op, uint32_t mode_flags,
+                     HostLock host_lock) {
   if (collective >= BP_COLLECTIVE_COUNT)
     return invalid(group, 0, 0, 0, "unknown collective " + std::to_string(collective));
   if (collective != BP_BARRIER && dtype >= BP_DTYPE_COUNT)
@@ -313,7 +316,7 @@ Status check_support(const bp_group &group, uint32_t collective, uint32_t dtype,
     return invalid(group, collective, dtype, 0, "unknown reduce op " + std::to_string(op));
   if (!group.kind) return mixed_kinds(group, collective, dtype, op);
   Support support = group.capabilities.lookup(collective, dtype, op, mode_flags);
-  if (support != Support::yes) return unsupported(group, collective, dtype, op, mode_flags, support);
+  if (support != Support::yes) return unsupported(group, collective, dtype, op, mode_flags, support, host_lock);
   return {};
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 #include <variant>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -33,6 +34,12 @@ class Error {
     return std::move(*this);
   }
   Error &&hint(std::string text) && { return std::move(*this).with("hint", std::move(text)); }
+  // Errors that gather several problems (a fleet that fails to load).
+  const std::vector<Error> &problems() const { return problems_; }
+  Error &&with_problems(std::vector<Error> problems) && {
+    problems_ = std::move(problems);
+    return std::move(*this);
+  }
   // Prefixes the message with where the error travelled through.
   Error &&prefix(const std::string &where) && {
     message_ = where + ": " + message_;
@@ -43,6 +50,7 @@ class Error {
   bp_code code_;
   std::string message_;
   nlohmann::json context_ = nlohmann::json::object();
+  std::vector<Error> problems_;
 };
 
 // Success, or the Error that prevented it. Success allocates nothing.

@@ -78,6 +78,8 @@ Expected<bp_host *> create_host(const bp_host_options *given) {
 bp_host::~bp_host() {
   // Devices and kinds point into plugins; release them before the plugins
   // destroy their state and their libraries unload.
+  workloads.clear();
+  groups.clear();
   devices.clear();
   kinds.clear();
   plugins.clear();

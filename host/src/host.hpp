@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <shared_mutex>
 #include <string>
@@ -133,7 +134,18 @@ struct bp_group {
   // Scratch for the plugin's buffer handles, sized once, used under `busy`.
   std::vector<bp_plugin_buffer *> send_handles, recv_handles;
   std::atomic<bool> busy{false};
+  bool owned_by_host = false;  // created by a fleet; bp_group_destroy leaves it
 };
+
+namespace backplane {
+// A fleet's workload entry, with its sizes expanded.
+struct Workload {
+  bp_workload_info info{};
+  std::vector<uint64_t> sizes;
+};
+// Destroys a group's communicator and the group.
+void destroy_group(bp_group *group);
+}  // namespace backplane
 
 struct bp_event {
   backplane::LoadedPlugin *plugin = nullptr;
@@ -152,6 +164,11 @@ struct bp_host {
   std::vector<bp_capability_info> capability_listing;
   nlohmann::json plugin_options = nlohmann::json::object();
   std::vector<std::filesystem::path> loaded_files;  // canonical, to skip repeats
+  // From fleets: device names (a name with a count stands for several),
+  // groups the host owns, and the workload.
+  std::map<std::string, std::vector<bp_device *>, std::less<>> device_names;
+  std::vector<std::unique_ptr<bp_group, void (*)(bp_group *)>> groups;
+  std::vector<backplane::Workload> workloads;
 
   ~bp_host();
 };
@@ -164,12 +181,21 @@ const bp_host_services &host_services();
 void load_search_path(bp_host &host, const bp_host_options &options);
 Status load_plugin_file(bp_host &host, const std::filesystem::path &file);
 
+// Loads the plugins of one directory (must_exist: a missing one is a refusal).
+void load_directory(bp_host &host, const std::filesystem::path &directory, bool must_exist);
+// Creates a group (bp_group_create's work).
+Status create_group(bp_host *host, bp_device *const *ranks, size_t rank_count, const bp_group_options *options,
+                    bp_group **out);
+
 // Rebuilds capability_listing from the kinds; caller holds the lock.
 void rebuild_capability_listing(bp_host &host);
 
-// Dispatch helpers shared by collectives and bp_group_check (dispatch.cpp).
+// Whether a function must take the host's lock itself, or its caller holds it.
+enum class HostLock { take, held };
+
+// Dispatch helpers shared by collectives, bp_group_check and fleets (dispatch.cpp).
 Status check_support(const bp_group &group, uint32_t collective, uint32_t dtype, uint32_t op,
-                     uint32_t mode_flags);
+                     uint32_t mode_flags, HostLock host_lock = HostLock::take);
 
 }  // namespace backplane
 

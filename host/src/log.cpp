@@ -1,12 +1,16 @@
-// BACKPLANE_LOG parsing and the stderr sink. The setting is read once per
-// process; the default level is warn.
+// BACKPLANE_LOG parsing and the log sink (stderr unless an application or a
+// test installs its own with bp_log_set_sink). Process-wide; the default
+// level is warn.
 #include "log.hpp"
 
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
+
+#include "backplane/backplane.h"
 
 namespace backplane {
 namespace {
@@ -28,28 +32,43 @@ bool parse_level(std::string_view text, bp_log_level *level) {
   return false;
 }
 
-LogSettings read_settings() {
+// "warn", "loader:debug", "info,loader:debug"; nullopt when any item is bad.
+std::optional<LogSettings> parse_settings(std::string_view spec) {
   LogSettings settings;
-  const char *value = std::getenv("BACKPLANE_LOG");
-  if (!value) return settings;
-  std::string_view rest(value);
-  while (!rest.empty()) {
-    size_t comma = rest.find(',');
-    std::string_view item = rest.substr(0, comma);
-    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    size_t colon = item.find(':');
+  while (!spec.empty()) {
+    const size_t comma = spec.find(',');
+    const std::string_view item = spec.substr(0, comma);
+    spec = comma == std::string_view::npos ? std::string_view() : spec.substr(comma + 1);
+    if (item.empty()) continue;
+    const size_t colon = item.find(':');
     bp_log_level level;
     if (colon == std::string_view::npos) {
-      if (parse_level(item, &level)) settings.default_level = level;
-    } else if (parse_level(item.substr(colon + 1), &level)) {
-      settings.per_category.emplace(std::string(item.substr(0, colon)), level);
+      if (!parse_level(item, &level)) return std::nullopt;
+      settings.default_level = level;
+    } else {
+      const std::string_view category = item.substr(0, colon);
+      if (category.empty() || !parse_level(item.substr(colon + 1), &level)) return std::nullopt;
+      settings.per_category.insert_or_assign(std::string(category), level);
     }
   }
   return settings;
 }
 
-const LogSettings &settings() {
-  static const LogSettings instance = read_settings();
+struct LogState {
+  std::mutex mutex;
+  LogSettings settings;
+  bp_log_sink sink = nullptr;
+  void *sink_context = nullptr;
+
+  LogState() {
+    if (const char *spec = std::getenv("BACKPLANE_LOG")) {
+      if (std::optional<LogSettings> parsed = parse_settings(spec)) settings = std::move(*parsed);
+    }
+  }
+};
+
+LogState &state() {
+  static LogState instance;
   return instance;
 }
 
@@ -64,21 +83,56 @@ const char *level_name(bp_log_level level) {
   return "?";
 }
 
-}  // namespace
-
-bool log_enabled(bp_log_level level, std::string_view category) {
-  const LogSettings &current = settings();
-  auto found = current.per_category.find(category);
-  bp_log_level limit = found == current.per_category.end() ? current.default_level : found->second;
+bool enabled_locked(const LogSettings &settings, bp_log_level level, std::string_view category) {
+  auto found = settings.per_category.find(category);
+  const bp_log_level limit = found == settings.per_category.end() ? settings.default_level : found->second;
   return level <= limit;
 }
 
+}  // namespace
+
+bool log_enabled(bp_log_level level, std::string_view category) {
+  LogState &current = state();
+  std::lock_guard lock(current.mutex);
+  return enabled_locked(current.settings, level, category);
+}
+
 void log(bp_log_level level, std::string_view category, std::string_view message) {
-  if (!log_enabled(level, category)) return;
-  static std::mutex stderr_mutex;  // keeps lines from interleaving
-  std::lock_guard lock(stderr_mutex);
+  LogState &current = state();
+  std::lock_guard lock(current.mutex);  // also keeps lines from interleaving
+  if (!enabled_locked(current.settings, level, category)) return;
+  if (current.sink) {
+    const std::string category_text(category), message_text(message);
+    current.sink(current.sink_context, level, category_text.c_str(), message_text.c_str());
+    return;
+  }
   std::fprintf(stderr, "backplane %s %.*s: %.*s\n", level_name(level), static_cast<int>(category.size()),
                category.data(), static_cast<int>(message.size()), message.data());
 }
 
 }  // namespace backplane
+
+extern "C" {
+
+void bp_log_set_sink(bp_log_sink sink, void *context) {
+  backplane::LogState &current = backplane::state();
+  std::lock_guard lock(current.mutex);
+  current.sink = sink;
+  current.sink_context = context;
+}
+
+bool bp_log_configure(const char *spec) {
+  if (!spec) return false;
+  try {
+    std::optional<backplane::LogSettings> parsed = backplane::parse_settings(spec);
+    if (!parsed) return false;
+    backplane::LogState &current = backplane::state();
+    std::lock_guard lock(current.mutex);
+    current.settings = std::move(*parsed);
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+}  // extern "C"

@@ -1,7 +1,9 @@
 #!/bin/sh
 # Installs the build tree into a fresh prefix, checks the layout, then builds and runs a
 # C program against the installed tree only: once through find_package(Backplane CONFIG),
-# once through pkg-config. Exit 77 (ctest SKIP_RETURN_CODE) when it cannot apply.
+# once through pkg-config; and builds an out-of-tree plugin with the installed
+# backplane_add_plugin(), which that program then loads. Exit 77 (ctest
+# SKIP_RETURN_CODE) when it cannot apply.
 #
 # Arguments, KEY=VALUE: cmake= build_dir= source_dir= work_dir= cc= generator=
 # make_program= libdir= includedir= sanitize=
@@ -64,8 +66,10 @@ for file in \
 done
 [ "$missing" = 0 ] || { echo "installed files:" >&2; (cd "$PREFIX" && find . | sort) >&2; fail "installed tree incomplete"; }
 # No test fixture may be installed as a plugin.
-extra=$(cd "$PREFIX/$LIBDIR/backplane/plugins" && ls | grep -v '^libbackplane_[a-z0-9_]*\.so$' || true)
-[ -z "$extra" ] || fail "unexpected files among the installed plugins: $extra"
+for fixture in "$BUILD_DIR"/tests/fixtures/plugins/*.so; do
+  [ -e "$fixture" ] || continue
+  [ ! -e "$PREFIX/$LIBDIR/backplane/plugins/${fixture##*/}" ] || fail "test fixture ${fixture##*/} was installed as a plugin"
+done
 
 # Checks the consumer's output: the all-reduce passed, and the cpu plugin came
 # from the installed prefix (found relative to the installed libbackplane.so).
@@ -120,5 +124,26 @@ mkdir -p "$WORK_DIR/pkgconfig-consumer"
 cat "$WORK_DIR/pkgconfig-consumer.out"
 check_run "$WORK_DIR/pkgconfig-consumer.out"
 
-echo "PASS: installed tree at $PREFIX serves a CMake and a pkg-config C consumer"
+echo "== out-of-tree plugin: find_package(Backplane CONFIG) + backplane_add_plugin()"
+set -- -S "$SOURCE_DIR/external_plugin" -B "$WORK_DIR/external-plugin" -G "$GENERATOR" \
+  -DCMAKE_C_COMPILER="$CC" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PREFIX" \
+  -DCMAKE_INSTALL_PREFIX="$WORK_DIR/plugin-prefix" \
+  -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DCMAKE_FIND_USE_SYSTEM_PACKAGE_REGISTRY=OFF
+[ -z "$MAKE_PROGRAM" ] || set -- "$@" -DCMAKE_MAKE_PROGRAM="$MAKE_PROGRAM"
+"$CMAKE" "$@" || fail "configuring the out-of-tree plugin failed"
+"$CMAKE" --build "$WORK_DIR/external-plugin" || fail "building the out-of-tree plugin failed"
+"$CMAKE" --install "$WORK_DIR/external-plugin" > /dev/null || fail "installing the out-of-tree plugin failed"
+external="$WORK_DIR/plugin-prefix/$LIBDIR/backplane/plugins/libbackplane_external.so"
+[ -f "$external" ] || fail "the out-of-tree plugin did not install to $LIBDIR/backplane/plugins"
+if command -v nm > /dev/null; then
+  exported=$(nm -D --defined-only "$external" | awk '$2 ~ /^[TDBRVW]$/ { print $3 }' | sort | tr '\n' ' ')
+  [ "$exported" = "bp_plugin_entry " ] || fail "the out-of-tree plugin exports '$exported', not just bp_plugin_entry"
+fi
+"$WORK_DIR/cmake-consumer/c_consumer" "$external" > "$WORK_DIR/external-plugin.out" 2>&1 ||
+  { cat "$WORK_DIR/external-plugin.out" >&2; fail "the consumer failed with the out-of-tree plugin"; }
+grep "^load " "$WORK_DIR/external-plugin.out"
+grep -q "^load .*: PLUGIN_INIT: .*external test plugin: refuses to load, on purpose" "$WORK_DIR/external-plugin.out" ||
+  fail "the host did not run the out-of-tree plugin's entry point (expected its PLUGIN_INIT refusal)"
+
+echo "PASS: installed tree at $PREFIX serves a CMake and a pkg-config C consumer and an out-of-tree plugin"
 rm -rf "$WORK_DIR"

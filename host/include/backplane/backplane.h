@@ -56,6 +56,10 @@ BP_API const char *bp_error_json(const bp_error *error);
  * NULL when the error has no such field. "hint" and "alternatives" included. */
 BP_API const char *bp_error_field(const bp_error *error, const char *key);
 BP_API void bp_error_destroy(bp_error *error);
+/* Errors that gather several problems (a fleet that fails to load) list
+ * each as an error of its own, borrowed from `error`. */
+BP_API size_t bp_error_problem_count(const bp_error *error);
+BP_API const bp_error *bp_error_problem(const bp_error *error, size_t index);
 
 /* Stable names ("UNSUPPORTED_DTYPE", "f32", "sum", "all_reduce") and their
  * inverses (false when the name is unknown). */
@@ -201,6 +205,80 @@ BP_API void bp_group_destroy(bp_group *group);
  * return for arguments that are otherwise valid. */
 BP_API bp_error *bp_group_check(bp_group *group, bp_collective collective, bp_dtype dtype,
                                 bp_reduce_op op);
+
+/* ---- fleets ------------------------------------------------------------ */
+/* A fleet file (JSON, configs/schema.json) names devices, groups them and
+ * describes a workload. Loading one is all or nothing: it is validated in
+ * two stages, each reporting every problem it finds — (a) the JSON Schema,
+ * (b) meaning (unknown or duplicate names, indices past what a plugin
+ * enumerates, kinds no plugin provides, workloads a group cannot run) —
+ * and on any problem the host is left as it was (plugins found in the
+ * fleet's plugin_dirs stay loaded). The error's code is the first
+ * problem's; every problem is a bp_error of its own (bp_error_problem),
+ * with fields "file", "pointer" (a JSON pointer such as /devices/2/kind),
+ * "value" (the offending value, as JSON) and "reason", and "hint" where
+ * there is one ("did you mean 'cpu'?"). Relative paths resolve against
+ * the fleet file's own folder. */
+
+/* Create a host for a fleet file: the fleet's plugin_dirs are searched
+ * first, the devices' options reach their plugins before devices are
+ * enumerated, then the fleet is loaded. `options` may be NULL. */
+BP_API bp_error *bp_host_create_from_fleet_file(const char *path, const bp_host_options *options,
+                                                bp_host **out);
+/* Load a fleet into an existing host. A device entry's options must match
+ * what its kind was configured with (else use bp_host_create_from_fleet_file). */
+BP_API bp_error *bp_host_load_fleet_file(bp_host *host, const char *path);
+/* The same from text; relative paths resolve against the working directory
+ * and messages call the text "<text>". */
+BP_API bp_error *bp_host_load_fleet_text(bp_host *host, const char *json, size_t length);
+
+/* A group the fleet created, by name. The group belongs to the host:
+ * bp_group_destroy on it does nothing. */
+BP_API bp_error *bp_host_find_group(bp_host *host, const char *name, bp_group **out);
+BP_API size_t bp_host_group_count(const bp_host *host);
+BP_API bp_group *bp_host_group(const bp_host *host, size_t index); /* NULL when out of range */
+BP_API const char *bp_group_name(const bp_group *group);           /* "" when unnamed */
+BP_API bp_device *bp_group_device(const bp_group *group, size_t rank); /* NULL when out of range */
+
+/* in_place of a workload */
+#define BP_WORKLOAD_OUT_OF_PLACE 0x1u
+#define BP_WORKLOAD_IN_PLACE 0x2u
+
+/* One entry of the fleet's workload, with sizes expanded. */
+typedef struct bp_workload_info {
+  size_t struct_size;
+  const void *next;
+  bp_group *group;       /* borrowed from the host */
+  uint32_t collective;   /* bp_collective */
+  uint32_t dtype;        /* bp_dtype */
+  uint32_t reduce_op;    /* bp_reduce_op */
+  uint32_t root;
+  const uint64_t *sizes; /* bytes, as nccl-tests counts them: a rank's largest buffer */
+  size_t size_count;
+  uint32_t iterations;
+  uint32_t warmup;
+  uint32_t modes;        /* BP_WORKLOAD_OUT_OF_PLACE | BP_WORKLOAD_IN_PLACE */
+  bool check;            /* verify results against a reference */
+} bp_workload_info;
+#define BP_WORKLOAD_INFO_SIZE_V1_0 BP_STRUCT_SIZE(bp_workload_info, check)
+
+BP_API size_t bp_host_workload_count(const bp_host *host);
+BP_API bp_error *bp_host_workload(const bp_host *host, size_t index, bp_workload_info *out);
+
+/* Parse a size expression of the fleet file: "8B..64MiB x4" (from, to,
+ * times 4 each step; "+1MiB" adds instead), or one size "4KiB". Units B,
+ * K/KiB, M/MiB, G/GiB are powers of 1024. Writes up to `capacity` sizes and
+ * the total count to *count. BP_CONFIG with the reason when it does not parse. */
+BP_API bp_error *bp_parse_sizes(const char *text, uint64_t *sizes, size_t capacity, size_t *count);
+
+/* ---- logging ----------------------------------------------------------- */
+/* Log lines go to stderr, filtered by BACKPLANE_LOG ("warn", "debug",
+ * "loader:debug,dispatch:info"; default warn). Both settings are process-wide. */
+typedef void (*bp_log_sink)(void *context, int32_t level, const char *category, const char *message);
+/* Send log lines to `sink` instead of stderr (NULL: back to stderr). */
+BP_API void bp_log_set_sink(bp_log_sink sink, void *context);
+/* Replace the BACKPLANE_LOG setting; false (and no change) if it does not parse. */
+BP_API bool bp_log_configure(const char *spec);
 
 /* ---- collectives ------------------------------------------------------- */
 /* Buffers are indexed by rank; see types.h for each collective's counts and

@@ -1,5 +1,6 @@
 /* A C99 application embedding Backplane through backplane.h alone, built against an
- * installed tree: plugins come from the install directory next to libbackplane.so. */
+ * installed tree: plugins come from the install directory next to libbackplane.so.
+ * Arguments, if any, are further plugin files to load; their refusals are printed. */
 #include <stdio.h>
 #include <string.h>
 
@@ -16,14 +17,14 @@ static int report(const char *what, bp_error *error) {
 /* Rank r holds r + 1 + i/2 at element i; the sum over four ranks is 10 + 2i, exact in f32. */
 static float input(int rank, int i) { return (float)(rank + 1) + (float)i * 0.5f; }
 
-int main(void) {
+int main(int argc, char **argv) {
   bp_host *host = NULL;
   bp_device *devices[RANKS];
   bp_buffer *buffers[RANKS] = {NULL, NULL, NULL, NULL};
   bp_group *group = NULL;
   bp_error *error = NULL;
   static float data[RANKS][COUNT];
-  int status = 1, rank, i;
+  int status = 1, rank, i, arg;
   size_t p, wrong = 0;
 
   /* NULL options: the default search, which for an installed tree is the
@@ -41,6 +42,14 @@ int main(void) {
   }
   for (p = 0; p < bp_host_refused_count(host); ++p)
     printf("refused: %s\n", bp_error_message(bp_host_refused(host, p)));
+  for (arg = 1; arg < argc; ++arg) {
+    if ((error = bp_host_load_plugin(host, argv[arg])) != NULL) {
+      printf("load %s: %s: %s\n", argv[arg], bp_code_name(bp_error_code(error)), bp_error_message(error));
+      bp_error_destroy(error);
+    } else {
+      printf("load %s: loaded\n", argv[arg]);
+    }
+  }
 
   for (rank = 0; rank < RANKS; ++rank) {
     char name[16];
