@@ -6,31 +6,13 @@
 #include <new>
 #include <shared_mutex>
 
+#include "c_api_guard.hpp"
 #include "host.hpp"
 #include "log.hpp"
 #include "names.hpp"
 
 namespace backplane {
 namespace {
-
-// Runs `body` (returning Status) and converts the outcome; nothing thrown
-// crosses the C boundary.
-template <typename Body>
-bp_error *guarded(Body &&body) noexcept {
-  try {
-    return to_c_error(body());
-  } catch (const std::bad_alloc &) {
-    return out_of_memory_error();
-  } catch (const std::exception &exception) {
-    try {
-      return to_c_error(Error(BP_INTERNAL, std::string("internal error: ") + exception.what()));
-    } catch (...) {
-      return out_of_memory_error();
-    }
-  } catch (...) {
-    return out_of_memory_error();
-  }
-}
 
 Status null_argument(const char *function, const char *argument) {
   return Error(BP_INVALID_ARGUMENT, std::string(function) + ": " + argument + " is NULL");

@@ -188,16 +188,22 @@ RankUse rank_use(uint32_t collective, bool is_root, size_t block, size_t all_blo
   }
 }
 
-// Step 1: everything about the arguments; fills the plugin handles and the
-// in-place/out-of-place flags the call needs.
-Status check_arguments(bp_group &group, const bp_collective_request &request, uint32_t *mode_flags) {
-  const uint32_t collective = request.collective, dtype = request.dtype, op = request.reduce_op;
+// The enum values a caller passed, before anything indexes a table by them.
+Status check_enums(const bp_group &group, uint32_t collective, uint32_t dtype, uint32_t op) {
   if (collective >= BP_COLLECTIVE_COUNT)
     return invalid(group, 0, 0, 0, "unknown collective " + std::to_string(collective));
   if (collective != BP_BARRIER && dtype >= BP_DTYPE_COUNT)
     return invalid(group, collective, 0, 0, "unknown element type " + std::to_string(dtype));
   if (collective_reduces(collective) && op >= BP_REDUCE_OP_COUNT)
     return invalid(group, collective, dtype, 0, "unknown reduce op " + std::to_string(op));
+  return {};
+}
+
+// Step 1: everything about the arguments; fills the plugin handles and the
+// in-place/out-of-place flags the call needs.
+Status check_arguments(bp_group &group, const bp_collective_request &request, uint32_t *mode_flags) {
+  const uint32_t collective = request.collective, dtype = request.dtype, op = request.reduce_op;
+  if (Status status = check_enums(group, collective, dtype, op); !status) return status;
   const size_t ranks = group.ranks.size();
   if (collective_has_root(collective) && request.root >= ranks) {
     return invalid(group, collective, dtype, op,
@@ -308,12 +314,7 @@ void release(LoadedPlugin &plugin, bp_plugin_request *request) {
 
 Status check_support(const bp_group &group, uint32_t collective, uint32_t dtype, uint32_t op, uint32_t mode_flags,
                      HostLock host_lock) {
-  if (collective >= BP_COLLECTIVE_COUNT)
-    return invalid(group, 0, 0, 0, "unknown collective " + std::to_string(collective));
-  if (collective != BP_BARRIER && dtype >= BP_DTYPE_COUNT)
-    return invalid(group, collective, 0, 0, "unknown element type " + std::to_string(dtype));
-  if (collective_reduces(collective) && op >= BP_REDUCE_OP_COUNT)
-    return invalid(group, collective, dtype, 0, "unknown reduce op " + std::to_string(op));
+  if (Status status = check_enums(group, collective, dtype, op); !status) return status;
   if (!group.kind) return mixed_kinds(group, collective, dtype, op);
   Support support = group.capabilities.lookup(collective, dtype, op, mode_flags);
   if (support != Support::yes) return unsupported(group, collective, dtype, op, mode_flags, support, host_lock);

@@ -17,6 +17,7 @@
 #include <valijson/validation_results.hpp>
 #include <valijson/validator.hpp>
 
+#include "c_api_guard.hpp"
 #include "fleet.hpp"
 #include "fleet_schema.inc"  // kFleetSchema: configs/schema.json, embedded at build time
 #include "host.hpp"
@@ -721,29 +722,10 @@ Status load_into(bp_host &host, const nlohmann::json &document, const fs::path &
 
 using namespace backplane;
 
-namespace {
-
-template <typename Body>
-bp_error *guarded_fleet(Body &&body) noexcept {
-  try {
-    return to_c_error(body());
-  } catch (const std::bad_alloc &) {
-    return out_of_memory_error();
-  } catch (const std::exception &exception) {
-    try {
-      return to_c_error(Error(BP_INTERNAL, std::string("internal error: ") + exception.what()));
-    } catch (...) {
-      return out_of_memory_error();
-    }
-  }
-}
-
-}  // namespace
-
 extern "C" {
 
 bp_error *bp_host_load_fleet_file(bp_host *host, const char *path) {
-  return guarded_fleet([&]() -> Status {
+  return guarded([&]() -> Status {
     if (!host) return Error(BP_INVALID_ARGUMENT, "bp_host_load_fleet_file: host is NULL");
     if (!path) return Error(BP_INVALID_ARGUMENT, "bp_host_load_fleet_file: path is NULL");
     Problems problems(path);
@@ -755,7 +737,7 @@ bp_error *bp_host_load_fleet_file(bp_host *host, const char *path) {
 }
 
 bp_error *bp_host_load_fleet_text(bp_host *host, const char *json, size_t length) {
-  return guarded_fleet([&]() -> Status {
+  return guarded([&]() -> Status {
     if (!host) return Error(BP_INVALID_ARGUMENT, "bp_host_load_fleet_text: host is NULL");
     if (!json && length > 0) return Error(BP_INVALID_ARGUMENT, "bp_host_load_fleet_text: json is NULL");
     Problems problems("<text>");
@@ -773,7 +755,7 @@ bp_error *bp_host_load_fleet_text(bp_host *host, const char *json, size_t length
 }
 
 bp_error *bp_host_create_from_fleet_file(const char *path, const bp_host_options *given, bp_host **out) {
-  return guarded_fleet([&]() -> Status {
+  return guarded([&]() -> Status {
     if (!path) return Error(BP_INVALID_ARGUMENT, "bp_host_create_from_fleet_file: path is NULL");
     if (!out) return Error(BP_INVALID_ARGUMENT, "bp_host_create_from_fleet_file: out is NULL");
     if (given && given->struct_size < BP_HOST_OPTIONS_SIZE_V1_0)
@@ -827,7 +809,7 @@ bp_error *bp_host_create_from_fleet_file(const char *path, const bp_host_options
 }
 
 bp_error *bp_host_find_group(bp_host *host, const char *name, bp_group **out) {
-  return guarded_fleet([&]() -> Status {
+  return guarded([&]() -> Status {
     if (!host || !name || !out) return Error(BP_INVALID_ARGUMENT, "bp_host_find_group: host, name and out must not be NULL");
     std::shared_lock lock(host->mutex);
     std::vector<std::string> names;
@@ -872,7 +854,7 @@ size_t bp_host_workload_count(const bp_host *host) {
 }
 
 bp_error *bp_host_workload(const bp_host *host, size_t index, bp_workload_info *out) {
-  return guarded_fleet([&]() -> Status {
+  return guarded([&]() -> Status {
     if (!host || !out) return Error(BP_INVALID_ARGUMENT, "bp_host_workload: host and out must not be NULL");
     std::shared_lock lock(host->mutex);
     if (index >= host->workloads.size())
@@ -888,7 +870,7 @@ bp_error *bp_host_workload(const bp_host *host, size_t index, bp_workload_info *
 }
 
 bp_error *bp_parse_sizes(const char *text, uint64_t *sizes, size_t capacity, size_t *count) {
-  return guarded_fleet([&]() -> Status {
+  return guarded([&]() -> Status {
     if (!text || !count || (!sizes && capacity > 0))
       return Error(BP_INVALID_ARGUMENT, "bp_parse_sizes: text, count (and sizes when capacity > 0) must not be NULL");
     Expected<std::vector<uint64_t>> parsed = parse_sizes(text);
