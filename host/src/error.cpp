@@ -23,7 +23,10 @@ bp_error *to_c_error(Error error) {
   whole["code"] = code_name(error.code());
   whole["message"] = error.message();
   for (const auto &[key, value] : error.context().items()) {
-    c_error->field_text[key] = value.is_string() ? value.get<std::string>() : value.dump();
+    // "value" (the offending value of a fleet problem) is always JSON text,
+    // so the string "4" and the number 4 read differently.
+    const bool as_text = value.is_string() && key != "value";
+    c_error->field_text[key] = as_text ? value.get<std::string>() : value.dump();
     whole[key] = value;
   }
   // Replace invalid UTF-8 (a plugin's message, a file name) rather than throw.

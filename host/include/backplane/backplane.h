@@ -52,8 +52,9 @@ BP_API const char *bp_error_message(const bp_error *error);
  * context fields (operation, dtype, reduce_op, devices, plugin, file,
  * alternatives, hint, ...). */
 BP_API const char *bp_error_json(const bp_error *error);
-/* One context field: a string field as its text, any other as JSON text;
- * NULL when the error has no such field. "hint" and "alternatives" included. */
+/* One context field: a string field as its text, any other (and always
+ * "value") as JSON text; NULL when the error has no such field. "hint" and
+ * "alternatives" included. */
 BP_API const char *bp_error_field(const bp_error *error, const char *key);
 BP_API void bp_error_destroy(bp_error *error);
 /* Errors that gather several problems (a fleet that fails to load) list

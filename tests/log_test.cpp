@@ -1,0 +1,215 @@
+// Logging through a captured sink: at loader:debug the loader says, for every
+// file it looked at, what it did and why; levels and categories filter; a
+// BACKPLANE_LOG setting that does not parse is refused and changes nothing.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backplane/backplane.h"
+#include "backplane/backplane.hpp"
+#include "backplane/plugin.h"  // bp_log_level
+#include "test_support.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace backplane;
+using namespace backplane::testing;
+
+struct LogLine {
+  int32_t level;
+  std::string category;
+  std::string message;
+};
+
+// Captures every log line while it lives; then back to stderr at warn.
+class CapturedLog {
+ public:
+  CapturedLog() { bp_log_set_sink(&CapturedLog::sink, this); }
+  ~CapturedLog() {
+    bp_log_set_sink(nullptr, nullptr);
+    bp_log_configure("warn");
+  }
+  CapturedLog(const CapturedLog &) = delete;
+  CapturedLog &operator=(const CapturedLog &) = delete;
+
+  std::vector<LogLine> lines() const {
+    std::lock_guard lock(mutex_);
+    return lines_;
+  }
+  void clear() {
+    std::lock_guard lock(mutex_);
+    lines_.clear();
+  }
+  // The lines that mention `part`.
+  std::vector<LogLine> mentioning(const std::string &part) const {
+    std::vector<LogLine> found;
+    for (const LogLine &line : lines())
+      if (line.message.find(part) != std::string::npos) found.push_back(line);
+    return found;
+  }
+  std::string dump() const {
+    std::string text;
+    for (const LogLine &line : lines())
+      text += "\n  [" + std::to_string(line.level) + " " + line.category + "] " + line.message;
+    return text.empty() ? " (nothing logged)" : text;
+  }
+
+ private:
+  static void sink(void *context, int32_t level, const char *category, const char *message) {
+    auto *self = static_cast<CapturedLog *>(context);
+    std::lock_guard lock(self->mutex_);
+    self->lines_.push_back({level, category ? category : "(null)", message ? message : "(null)"});
+  }
+  mutable std::mutex mutex_;
+  std::vector<LogLine> lines_;
+};
+
+bool any_line_has(const std::vector<LogLine> &lines, const std::string &part) {
+  for (const LogLine &line : lines)
+    if (line.message.find(part) != std::string::npos) return true;
+  return false;
+}
+
+// What the system loader says about `file`, without the "path: " prefix.
+std::string system_loader_reason(const fs::path &file) {
+  void *handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle) {
+    dlclose(handle);
+    return "";
+  }
+  std::string message = dlerror();
+  const std::string prefix = file.string() + ": ";
+  if (message.rfind(prefix, 0) == 0) message.erase(0, prefix.size());
+  return message;
+}
+
+// A plugin directory with one plugin, one garbage file named like a plugin,
+// and one file not named like a plugin at all.
+class PluginDirectory {
+ public:
+  PluginDirectory() {
+    cpu = dir_.copy_in(plugin_path("cpu"));
+    bogus = dir_.copy_in(fixture_path("garbage"), "libbackplane_bogus.so");
+    readme = dir_.write_file("README.txt", "not a plugin\n");
+  }
+  std::string path() const { return dir_.path().string(); }
+  fs::path cpu, bogus, readme;
+
+ private:
+  TempDir dir_;
+};
+
+TEST(Log, LoaderAtDebugSaysWhatItDidWithEveryFile) {
+  PluginDirectory dir;
+  CapturedLog log;
+  ASSERT_TRUE(bp_log_configure("loader:debug"));
+  {
+    Host host = make_host({dir.path()});
+    ASSERT_EQ(host.refused().size(), 1u);
+  }
+
+  std::vector<LogLine> about_cpu = log.mentioning(dir.cpu.string());
+  EXPECT_TRUE(any_line_has(about_cpu, "loaded")) << "no line says the cpu plugin was loaded:" << log.dump();
+
+  std::vector<LogLine> about_bogus = log.mentioning(dir.bogus.string());
+  const std::string reason = system_loader_reason(dir.bogus);
+  ASSERT_FALSE(reason.empty());
+  EXPECT_TRUE(any_line_has(about_bogus, reason))
+      << "no line gives the refusal of " << dir.bogus << " with the reason '" << reason << "':" << log.dump();
+  EXPECT_TRUE(any_line_has(about_bogus, "refus") || any_line_has(about_bogus, "cannot load"))
+      << "no line says " << dir.bogus << " was refused:" << log.dump();
+
+  std::vector<LogLine> about_readme = log.mentioning(dir.readme.string());
+  EXPECT_TRUE(any_line_has(about_readme, "skipping") &&
+              any_line_has(about_readme, "not named libbackplane_<name>.so"))
+      << "no line says README.txt was skipped and why:" << log.dump();
+
+  for (const LogLine &line : log.lines()) {
+    EXPECT_GE(line.level, int32_t{BP_LOG_ERROR}) << line.message;
+    EXPECT_LE(line.level, int32_t{BP_LOG_DEBUG}) << line.message;
+  }
+  for (const std::vector<LogLine> *lines : {&about_cpu, &about_bogus, &about_readme})
+    for (const LogLine &line : *lines) EXPECT_EQ(line.category, "loader") << line.message;
+}
+
+// info shows what was loaded and refused but not the files skipped (debug);
+// error shows none of it.
+TEST(Log, LevelFilters) {
+  PluginDirectory dir;
+  CapturedLog log;
+  ASSERT_TRUE(bp_log_configure("info"));
+  { Host host = make_host({dir.path()}); }
+  for (const LogLine &line : log.lines()) EXPECT_LE(line.level, int32_t{BP_LOG_INFO}) << line.message;
+  EXPECT_FALSE(log.mentioning(dir.cpu.string()).empty()) << log.dump();
+  EXPECT_FALSE(log.mentioning(dir.bogus.string()).empty()) << log.dump();
+  EXPECT_TRUE(log.mentioning(dir.readme.string()).empty()) << log.dump();
+
+  log.clear();
+  ASSERT_TRUE(bp_log_configure("error"));
+  { Host host = make_host({dir.path()}); }
+  for (const LogLine &line : log.lines()) EXPECT_EQ(line.level, int32_t{BP_LOG_ERROR}) << line.message;
+  EXPECT_TRUE(log.mentioning(dir.cpu.string()).empty()) << log.dump();
+  EXPECT_TRUE(log.mentioning(dir.bogus.string()).empty()) << log.dump();
+  EXPECT_TRUE(log.mentioning(dir.readme.string()).empty()) << log.dump();
+}
+
+// A level for one category leaves the others at the default (warn).
+TEST(Log, CategoryFilters) {
+  PluginDirectory dir;
+  CapturedLog log;
+  ASSERT_TRUE(bp_log_configure("dispatch:debug"));
+  { Host host = make_host({dir.path()}); }
+  for (const LogLine &line : log.lines()) {
+    if (line.category == "loader") {
+      EXPECT_LE(line.level, int32_t{BP_LOG_WARN}) << line.message;
+    }
+  }
+  EXPECT_TRUE(log.mentioning(dir.readme.string()).empty()) << log.dump();
+
+  log.clear();
+  ASSERT_TRUE(bp_log_configure("warn,loader:debug"));
+  { Host host = make_host({dir.path()}); }
+  EXPECT_FALSE(log.mentioning(dir.readme.string()).empty()) << log.dump();
+}
+
+TEST(Log, SettingsThatDoNotParseAreRefusedAndChangeNothing) {
+  PluginDirectory dir;
+  CapturedLog log;
+  ASSERT_TRUE(bp_log_configure("loader:debug"));
+  for (const char *spec : {"nonsense:::", "loud", "loader:loud", "loader:", ":debug"})
+    EXPECT_FALSE(bp_log_configure(spec)) << spec;
+  // Still loader:debug.
+  { Host host = make_host({dir.path()}); }
+  EXPECT_FALSE(log.mentioning(dir.readme.string()).empty()) << log.dump();
+}
+
+TEST(Log, EveryLevelAndCategoryFormParses) {
+  CapturedLog log;  // restores warn
+  for (const char *spec : {"error", "warn", "info", "debug", "loader:debug", "loader:debug,dispatch:info",
+                           "info,loader:error"})
+    EXPECT_TRUE(bp_log_configure(spec)) << spec;
+}
+
+// Back to stderr: the sink no longer sees anything.
+TEST(Log, SinkCanBeRemoved) {
+  PluginDirectory dir;
+  std::vector<LogLine> seen;
+  {
+    CapturedLog log;
+    ASSERT_TRUE(bp_log_configure("loader:debug"));
+    { Host host = make_host({dir.path()}); }
+    ASSERT_FALSE(log.lines().empty());
+    bp_log_set_sink(nullptr, nullptr);
+    log.clear();
+    // Lines go to stderr now, not to the removed sink.
+    { Host host = make_host({dir.path()}); }
+    seen = log.lines();
+  }
+  EXPECT_TRUE(seen.empty()) << seen.size() << " lines reached a removed sink";
+}
+
+}  // namespace
