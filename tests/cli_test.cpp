@@ -277,8 +277,8 @@ TEST_F(CliTest, CapsTableShowsEveryCollective) {
     EXPECT_NE(ran.out.find(collective), std::string::npos) << collective << "\n" << ran.out;
 }
 
-TEST_F(CliTest, RunChecksEveryCaseOnTheDefaultFleet) {
-  Ran ran = run_cli("run");
+TEST_F(CliTest, RunSweepChecksEveryCaseOnTheDefaultFleet) {
+  Ran ran = run_cli("run --sweep");
   EXPECT_EQ(ran.exit_code, 0) << ran.out;
   EXPECT_NE(ran.out.find("fleet: cpu:0 cpu:1 cpu:2 cpu:3"), std::string::npos) << ran.out;
   EXPECT_EQ(ran.out.find("WRONG"), std::string::npos) << ran.out;
@@ -291,10 +291,23 @@ TEST_F(CliTest, RunChecksEveryCaseOnTheDefaultFleet) {
   EXPECT_NE(ran.out.find(" 0 wrong, 0 failed to run"), std::string::npos) << ran.out;
 }
 
-TEST_F(CliTest, RunWithAFleetFileIsUsageForNow) {
+// With no fleet file, `run` runs the built-in configs/default.json
+// (tests/cli_fleet_test.cpp runs fleet files).
+TEST_F(CliTest, RunWithNoFileRunsTheBuiltInDefaultFleet) {
+  Ran ran = run_cli("run");
+  EXPECT_EQ(ran.exit_code, 0) << ran.out;
+  EXPECT_NE(ran.out.find("# fleet: built-in default fleet"), std::string::npos) << ran.out;
+  EXPECT_NE(ran.out.find("# all_reduce(f32, sum) on group all_cpu: cpu:0, cpu:1, cpu:2, cpu:3"), std::string::npos)
+      << ran.out;
+  EXPECT_EQ(ran.out.find("FAILED"), std::string::npos) << ran.out;
+  EXPECT_NE(ran.out.find(" 0 out of bounds values, 0 errors: OK\n"), std::string::npos) << ran.out;
+}
+
+TEST_F(CliTest, RunSweepTakesNoFleetFileAndNoJson) {
   TempDir dir;
-  auto fleet = dir.write_file("fleet.json", R"({"devices": []})");
-  EXPECT_EQ(run_cli("run " + quote(fleet.string())).exit_code, 2);
+  auto fleet = dir.write_file("fleet.json", R"({"version": 1})");
+  EXPECT_EQ(run_cli("run --sweep " + quote(fleet.string())).exit_code, 2);
+  EXPECT_EQ(run_cli("run --sweep --json").exit_code, 2);
 }
 
 TEST_F(CliTest, BadUsageExitsTwo) {

@@ -401,6 +401,11 @@ class FleetLoader {
     for (const RefusedPlugin &record : host_.refused) {
       refused.push_back(nlohmann::json::parse(bp_error_json(record.error)));
       for (const auto &[declared_kind, set] : record.declared) candidates.push_back(declared_kind);
+      // A refused libbackplane_vulkan.so makes 'vulkn' a typo of 'vulkan'.
+      if (const char *file = bp_error_field(record.error, "file")) {
+        const std::string stem = fs::path(file).stem().string();
+        if (stem.rfind("libbackplane_", 0) == 0) candidates.push_back(stem.substr(13));
+      }
     }
     std::string reason = "unknown device kind '" + kind + "': no loaded plugin provides it";
     const std::vector<std::string> loaded = known_kinds();

@@ -2,6 +2,7 @@
 // the exit codes, opening a host from them, and printing host errors.
 #pragma once
 
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +22,8 @@ struct GlobalOptions {
   bool only_plugin_dirs = false;         // skip BACKPLANE_PLUGIN_PATH and the install dir
 };
 
+// The host options the global options stand for.
+HostOptions host_options(const GlobalOptions &options);
 // Creates the host the options describe. On failure prints the error and
 // returns nothing; the caller exits with kExitFailure.
 std::optional<Host> open_host(const GlobalOptions &options);
@@ -34,10 +37,47 @@ void note_refused(const Host &host);
 // A usage problem the parser could not see (e.g. bad --plugin-options); stderr.
 void print_usage_error(const std::string &message);
 
+// ---- fleets (fleet.cpp) ----
+// The host of a fleet: created from `fleet_file` with the options, or, when
+// it is empty, created from the options with the built-in default fleet
+// (configs/default.json) loaded into it. On failure prints every problem on
+// stderr (print_problems) and returns nothing; the caller exits with
+// kExitFailure.
+std::optional<Host> open_fleet(const GlobalOptions &options, const std::string &fleet_file);
+// How the fleet is named in output: the file, or "built-in default fleet".
+std::string fleet_label(const std::string &fleet_file);
+// Every problem of a fleet error, one `FILE:POINTER: reason` line each (the
+// error itself when it gathers none), and `  hint: ...` where there is one.
+// `file` stands in where a problem names no file.
+void print_problems(std::FILE *out, const Error &error, const std::string &file);
+// A group's devices by name, and the plugins that run them (those of its
+// ranks' base devices, distinct, in rank order).
+struct GroupDescription {
+  std::vector<std::string> devices;  // "cpu:0", ...
+  std::vector<PluginInfo> plugins;
+  std::string device_text() const;  // "cpu:0, cpu:1"
+  std::string plugin_text() const;  // "cpu 0.1.0"
+};
+Result<GroupDescription> describe_group(const Host &host, const GroupView &group);
+// The name in `known` closest to `given` by edit distance, or "" when none
+// is close enough to suggest.
+std::string closest_name(const std::string &given, const std::vector<std::string> &known);
+
 int run_plugins(const GlobalOptions &options, bool json);
 int run_devices(const GlobalOptions &options, bool json);
 int run_caps(const GlobalOptions &options, bool json);
-// `fleet_file` empty: the default fleet.
-int run_run(const GlobalOptions &options, const std::string &fleet_file);
+int run_validate(const GlobalOptions &options, const std::string &fleet_file, bool json);
+// `fleet_file` empty: the built-in default fleet. `sweep`: run_sweep instead.
+int run_run(const GlobalOptions &options, const std::string &fleet_file, bool json, bool sweep);
+// Every supported collective x type x op x mode on cpu:0..3 (cmd_sweep.cpp).
+int run_sweep(const GlobalOptions &options);
+
+// What `backplane explain` is asked about: names as typed, checked there.
+struct ExplainRequest {
+  std::string group, collective, dtype, op;  // dtype, op: empty when not given
+};
+// `fleet_file` empty: the built-in default fleet.
+int run_explain(const GlobalOptions &options, const std::string &fleet_file, const ExplainRequest &request,
+                bool json);
 
 }  // namespace backplane::cli

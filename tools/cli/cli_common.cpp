@@ -6,12 +6,16 @@
 
 namespace backplane::cli {
 
-std::optional<Host> open_host(const GlobalOptions &options) {
+HostOptions host_options(const GlobalOptions &options) {
   HostOptions host_options;
   host_options.plugin_dirs = options.plugin_dirs;
   host_options.plugin_options_json = options.plugin_options_json;
   if (options.only_plugin_dirs) host_options.flags |= BP_HOST_IGNORE_ENV_PATH | BP_HOST_IGNORE_INSTALL_PATH;
-  Result<Host> host = Host::create(host_options);
+  return host_options;
+}
+
+std::optional<Host> open_host(const GlobalOptions &options) {
+  Result<Host> host = Host::create(host_options(options));
   if (!host) {
     print_error(host.error());
     return std::nullopt;

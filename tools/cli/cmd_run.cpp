@@ -1,111 +1,166 @@
-// `backplane run`: brings up a fleet, runs every collective it supports over
-// a spread of element types, ops and sizes, checks every result against the
-// reference (reference.hpp) and prints one row per case.
+// `backplane run [FLEET.json]`: brings a fleet up and runs each entry of its
+// workload over its sizes, one row per size in nccl-tests' columns (out of
+// place, then in place), each result checked against the reference
+// (reference.hpp); `--json` for machines. `run --sweep` is cmd_sweep.cpp.
 #include <algorithm>
 #include <chrono>
+#include <cstdarg>
 #include <cstdio>
-#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <tuple>
 
 #include "cli.hpp"
 #include "reference.hpp"
-#include "table.hpp"
 
 namespace backplane::cli {
 namespace {
 
-// The default fleet: the first four cpu devices in one group.
-constexpr size_t kDefaultFleetSize = 4;
-// A spread of element types: both 16-bit floats, the wide ones, and an
-// integer of each width the plugins vectorise differently.
-constexpr bp_dtype kDtypes[] = {BP_F32, BP_F64, BP_F16, BP_BF16, BP_I32, BP_I64, BP_U8};
-// What uninitialised output regions are filled with, so that a plugin that
+using Json = nlohmann::ordered_json;
+
+// What output regions hold before a checked call, so that a plugin that
 // leaves its output untouched cannot pass.
 constexpr std::byte kSentinel{0xA5};
+// Sentinel regions are written in pieces of this many bytes.
+constexpr size_t kSentinelChunk = size_t{1} << 20;
 
-// The counts a case runs at. Sizes are as nccl-tests counts them: bytes of
-// the largest buffer of a rank (for all_gather, the gathered result).
-// Every (type, op, mode) runs at one element and at about 1000 bytes (an
-// odd count for most types, so vector tails run). The larger sizes, where
-// the time goes, run for sum and the plain copies only; 16 MiB and the
-// empty call for f32 out of place only. Together the run stays within
-// seconds on two cores.
-std::vector<size_t> counts_for(bp_collective collective, bp_dtype dtype, bp_reduce_op op, bool in_place, size_t ranks) {
-  const size_t block_bytes = bp_dtype_size(dtype) * blocks_per_buffer(collective, ranks);
-  auto fitting = [&](size_t bytes) { return std::max<size_t>(1, bytes / block_bytes); };
-  std::vector<size_t> counts{1, fitting(1000)};
-  const bool common = !is_reducing(collective) || op == BP_SUM;
-  if (common) counts.push_back(fitting(size_t{1} << 20));
-  if (common && dtype == BP_F32 && !in_place) {
-    counts.push_back(fitting(size_t{16} << 20));
-    counts.push_back(0);
+// nccl-tests' bus bandwidth factors (its doc/PERFORMANCE.md): what turns
+// algorithm bandwidth into the bandwidth each link needs, comparable across
+// collectives and group sizes.
+double bus_factor(bp_collective collective, size_t ranks) {
+  const double n = static_cast<double>(ranks);
+  switch (collective) {
+    case BP_ALL_REDUCE:
+      return 2 * (n - 1) / n;
+    case BP_REDUCE_SCATTER:
+    case BP_ALL_GATHER:
+    case BP_ALL_TO_ALL:
+    case BP_GATHER:
+    case BP_SCATTER:
+      return (n - 1) / n;
+    default:  // reduce, broadcast (barrier moves no bytes)
+      return 1;
   }
-  return counts;
 }
 
-bool is_unsupported(bp_code code) {
-  return code == BP_UNSUPPORTED_DEVICE || code == BP_UNSUPPORTED_COLLECTIVE || code == BP_UNSUPPORTED_DTYPE ||
-         code == BP_UNSUPPORTED_REDUCE_OP;
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t mid = values.size() / 2;
+  return values.size() % 2 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
 }
 
-struct Outcome {
-  std::string result;  // "ok", "WRONG n elements", or the error code's name
-  bool ok = false;
-  bool error = false;  // a refusal or failure, rather than a wrong result
-  double micros = 0;   // median time of the calls
-  size_t bytes = 0;    // bytes of the largest buffer of a rank
+// One mode (out of place or in place) of one row.
+struct ModeResult {
+  bool requested = false;
+  double micros = 0, algbw = 0, busbw = 0;  // time: median; GB/s
+  std::optional<size_t> wrong;              // nothing when not checked
+  std::optional<Error> error;               // the call, or a buffer's write or read, failed
 };
 
-class Runner {
- public:
-  Runner(Group &group, std::vector<Device> ranks) : group_(group), ranks_(std::move(ranks)) {}
+struct Row {
+  uint64_t size = 0;  // bytes of a rank's largest buffer
+  size_t count = 0;   // elements of that buffer
+  ModeResult modes[2];  // out of place, in place
+};
 
-  Outcome run(const CollectiveCase &c) {
-    Outcome outcome;
-    const size_t es = bp_dtype_size(c.dtype), n = ranks_.size();
-    outcome.bytes = c.count * blocks_per_buffer(c.collective, n) * es;
+// One buffer's bytes before a call: the sentinel everywhere but the rank's
+// contribution at `offset` (bytes).
+struct Image {
+  Buffer *buffer = nullptr;
+  size_t bytes = 0, offset = 0;
+  const std::vector<std::byte> *contribution = nullptr;  // may be empty
+};
+
+Status write_image(const Image &image) {
+  static const std::vector<std::byte> sentinel(kSentinelChunk, kSentinel);
+  const size_t contribution = image.contribution ? image.contribution->size() : 0;
+  auto fill = [&](size_t from, size_t to) -> Status {
+    for (size_t at = from; at < to; at += kSentinelChunk)
+      if (Status written = image.buffer->write(at, sentinel.data(), std::min(kSentinelChunk, to - at)); !written)
+        return written;
+    return {};
+  };
+  if (Status filled = fill(0, image.offset); !filled) return filled;
+  if (Status filled = fill(image.offset + contribution, image.bytes); !filled) return filled;
+  if (contribution == 0) return {};
+  return image.buffer->write(image.offset, image.contribution->data(), contribution);
+}
+
+// Runs one workload entry: buffers made once at its largest size, then per
+// size and mode the warmup calls, the timed calls, and the check.
+class EntryRunner {
+ public:
+  EntryRunner(WorkloadInfo entry, std::vector<Device> ranks) : entry_(std::move(entry)), ranks_(std::move(ranks)) {}
+
+  // The count argument of a call whose largest buffer is `size` bytes,
+  // rounded down to whole elements and, where that buffer holds a block per
+  // rank, whole blocks.
+  size_t count_for(uint64_t size) const {
+    return static_cast<size_t>(size / (bp_dtype_size(entry_.dtype) * blocks()));
+  }
+  size_t blocks() const { return blocks_per_buffer(entry_.collective, ranks_.size()); }
+
+  // Per rank: a first buffer (send, the one buffer in place, or recv for a
+  // rank that only receives) and, out of place, a second (recv).
+  std::optional<Error> allocate(size_t max_count) {
+    const size_t es = bp_dtype_size(entry_.dtype);
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      const RankLayout l = rank_layout(make_case(max_count, false), r);
+      // In place needs the larger of the two sides in one buffer.
+      const size_t first = l.has_send && l.has_recv ? std::max(l.send, l.recv) : l.has_send ? l.send : l.recv;
+      const bool uses_first = l.has_send || l.has_recv;
+      const bool uses_second = l.has_send && l.has_recv && (entry_.modes & BP_WORKLOAD_OUT_OF_PLACE);
+      const size_t second = l.recv;
+      first_.emplace_back();
+      second_.emplace_back();
+      for (auto [used, elements, slot] : {std::tuple{uses_first, first, &first_.back()},
+                                          std::tuple{uses_second, second, &second_.back()}}) {
+        if (!used) continue;
+        Result<Buffer> buffer = Buffer::create(ranks_[r], std::max<size_t>(elements, 1) * es);
+        if (!buffer) return buffer.error();
+        *slot = std::move(*buffer);
+      }
+    }
+    return std::nullopt;
+  }
+
+  ModeResult run(size_t count, bool in_place, const std::vector<std::vector<std::byte>> &contributions) {
+    ModeResult result;
+    result.requested = true;
+    const CollectiveCase c = make_case(count, in_place);
+    const size_t n = ranks_.size(), es = bp_dtype_size(c.dtype);
 
     std::vector<RankLayout> layouts;
-    std::vector<std::vector<std::byte>> contributions;
-    for (size_t r = 0; r < n; ++r) {
-      layouts.push_back(rank_layout(c, r));
-      contributions.push_back(make_contribution(c, r));
-    }
-
-    // Buffers, and the image each holds before every call. Each buffer
-    // holds at least one element: a zero count still passes real buffers.
-    std::vector<Buffer> buffers;
-    std::vector<std::vector<std::byte>> images;
+    std::vector<Image> images;
     std::vector<bp_buffer *> send(n, nullptr), recv(n, nullptr);
-    std::vector<size_t> result_buffer(n, 0);  // index into `buffers` of each rank's result
-    auto make = [&](size_t r, size_t elements) -> bool {
-      Result<Buffer> buffer = Buffer::create(ranks_[r], std::max<size_t>(elements, 1) * es);
-      if (!buffer) {
-        fail(outcome, buffer.error());
-        return false;
-      }
-      buffers.push_back(std::move(*buffer));
-      images.emplace_back(elements * es, kSentinel);
-      return true;
-    };
+    std::vector<Buffer *> result_buffer(n, nullptr);
     for (size_t r = 0; r < n; ++r) {
-      const RankLayout &l = layouts[r];
-      const std::vector<std::byte> &mine = contributions[r];
+      const RankLayout &l = layouts.emplace_back(rank_layout(c, r));
+      if (l.in_place) {
+        images.push_back({&first_[r], l.send * es, l.input_offset * es, &contributions[r]});
+        send[r] = recv[r] = first_[r].get();
+        result_buffer[r] = &first_[r];
+        continue;
+      }
       if (l.has_send) {
-        if (!make(r, l.send)) return outcome;
-        std::copy(mine.begin(), mine.end(), images.back().begin() + static_cast<std::ptrdiff_t>(l.input_offset * es));
-        send[r] = buffers.back().get();
-        if (l.in_place) {
-          recv[r] = send[r];
-          result_buffer[r] = buffers.size() - 1;
-          continue;
-        }
+        images.push_back({&first_[r], l.send * es, l.input_offset * es, &contributions[r]});
+        send[r] = first_[r].get();
       }
       if (l.has_recv) {
-        if (!make(r, l.recv)) return outcome;
-        recv[r] = buffers.back().get();
-        result_buffer[r] = buffers.size() - 1;
+        Buffer &buffer = l.has_send ? second_[r] : first_[r];
+        images.push_back({&buffer, l.recv * es, 0, nullptr});
+        recv[r] = buffer.get();
+        result_buffer[r] = &buffer;
       }
     }
+    auto write_all = [&]() -> bool {
+      for (const Image &image : images)
+        if (Status written = write_image(image); !written) {
+          result.error = written.error();
+          return false;
+        }
+      return true;
+    };
 
     bp_collective_request request{};
     request.struct_size = sizeof request;
@@ -117,226 +172,336 @@ class Runner {
     request.send = send.data();
     request.recv = recv.data();
 
-    // Every call starts from the same images (in place overwrites the
-    // input), so each timed call does the same work and the last is checked.
-    const int iterations = outcome.bytes <= (size_t{64} << 10) ? 5 : 3;
+    // Warmup and timed calls run back to back on whatever the buffers hold
+    // (in place, each call's result is the next one's input, as in
+    // nccl-tests); the last call, the checked one, starts from the images.
+    if (!write_all()) return result;
+    for (uint32_t i = 0; i < entry_.warmup; ++i)
+      if (Status status = entry_.group.run(request); !status) {
+        result.error = status.error();
+        return result;
+      }
     std::vector<double> micros;
-    for (int i = 0; i < iterations; ++i) {
-      for (size_t b = 0; b < buffers.size(); ++b)
-        if (Status written = buffers[b].write(0, images[b].data(), images[b].size()); !written) {
-          fail(outcome, written.error());
-          return outcome;
-        }
-      auto start = std::chrono::steady_clock::now();
-      Status status = group_.run(request);
-      auto stop = std::chrono::steady_clock::now();
+    for (uint32_t i = 0; i < entry_.iterations; ++i) {
+      const bool ran_since_written = i > 0 || entry_.warmup > 0;
+      if (entry_.check && i + 1 == entry_.iterations && ran_since_written && !write_all()) return result;
+      const auto start = std::chrono::steady_clock::now();
+      Status status = entry_.group.run(request);
+      const auto stop = std::chrono::steady_clock::now();
       if (!status) {
-        fail(outcome, status.error());
-        return outcome;
+        result.error = status.error();
+        return result;
       }
       micros.push_back(std::chrono::duration<double, std::micro>(stop - start).count());
     }
-    std::nth_element(micros.begin(), micros.begin() + iterations / 2, micros.end());
-    outcome.micros = micros[iterations / 2];
+    result.micros = micros.empty() ? 0 : median(micros);
+    const double bytes = static_cast<double>(c.count * blocks() * es);
+    result.algbw = result.micros > 0 ? bytes / (result.micros * 1e3) : 0;  // bytes per ns = GB/s
+    result.busbw = result.algbw * bus_factor(c.collective, n);
+    if (!entry_.check) return result;
 
     // Ranks whose expected result is the same skip recomputing it.
     const bool same_everywhere =
         c.collective == BP_ALL_REDUCE || c.collective == BP_BROADCAST || c.collective == BP_ALL_GATHER;
     std::vector<std::byte> expected, got;
+    bool have_expected = false;
     size_t wrong = 0;
     for (size_t r = 0; r < n; ++r) {
       const RankLayout &l = layouts[r];
       if (l.result == 0) continue;
-      if (expected.empty() || !same_everywhere) expected = reference_result(c, contributions, r);
-      got.resize(l.result * es);
-      if (Status read = buffers[result_buffer[r]].read(l.result_offset * es, got.data(), got.size()); !read) {
-        fail(outcome, read.error());
-        return outcome;
+      if (!have_expected || !same_everywhere) {
+        expected = reference_result(c, contributions, r);
+        have_expected = true;
       }
-      Comparison comparison = compare(c.dtype, got, expected);
+      got.resize(l.result * es);
+      if (Status read = result_buffer[r]->read(l.result_offset * es, got.data(), got.size()); !read) {
+        result.error = read.error();
+        return result;
+      }
+      const Comparison comparison = compare(c.dtype, got, expected);
       if (comparison.wrong && !wrong)
-        std::fprintf(stderr, "wrong: %s %s%s%s %s count %zu: rank %zu, element %zu: got %s, expected %s\n",
-                     bp_collective_name(c.collective), bp_dtype_name(c.dtype), is_reducing(c.collective) ? " " : "",
-                     is_reducing(c.collective) ? bp_reduce_op_name(c.op) : "", c.in_place ? "in-place" : "out-of-place",
-                     c.count, r, comparison.first_index, comparison.got.c_str(), comparison.expected.c_str());
+        std::fprintf(stderr, "wrong: %s %s count %zu on group %s: rank %zu, element %zu: got %s, expected %s\n",
+                     describe().c_str(), in_place ? "in place" : "out of place", c.count,
+                     std::string(entry_.group.name()).c_str(), r, comparison.first_index, comparison.got.c_str(),
+                     comparison.expected.c_str());
       wrong += comparison.wrong;
     }
-    outcome.ok = wrong == 0;
-    outcome.result = wrong ? "WRONG " + std::to_string(wrong) + (wrong == 1 ? " element" : " elements") : "ok";
-    return outcome;
+    result.wrong = wrong;
+    return result;
   }
 
-  Outcome run_barrier() {
-    Outcome outcome;
+  ModeResult run_barrier() {
+    ModeResult result;
+    result.requested = true;
+    for (uint32_t i = 0; i < entry_.warmup; ++i)
+      if (Status status = entry_.group.barrier(); !status) {
+        result.error = status.error();
+        return result;
+      }
     std::vector<double> micros;
-    for (int i = 0; i < 5; ++i) {
-      auto start = std::chrono::steady_clock::now();
-      Status status = group_.barrier();
-      auto stop = std::chrono::steady_clock::now();
+    for (uint32_t i = 0; i < entry_.iterations; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      Status status = entry_.group.barrier();
+      const auto stop = std::chrono::steady_clock::now();
       if (!status) {
-        fail(outcome, status.error());
-        return outcome;
+        result.error = status.error();
+        return result;
       }
       micros.push_back(std::chrono::duration<double, std::micro>(stop - start).count());
     }
-    std::nth_element(micros.begin(), micros.begin() + 2, micros.end());
-    outcome.micros = micros[2];
-    outcome.ok = true;
-    outcome.result = "ok";
-    return outcome;
+    result.micros = micros.empty() ? 0 : median(micros);
+    return result;
+  }
+
+  // "all_reduce(f32, sum)", "all_gather(f32)", "barrier".
+  std::string describe() const {
+    if (entry_.collective == BP_BARRIER) return "barrier";
+    std::string text = std::string(bp_collective_name(entry_.collective)) + "(" + bp_dtype_name(entry_.dtype);
+    if (is_reducing(entry_.collective)) text += std::string(", ") + bp_reduce_op_name(entry_.reduce_op);
+    return text + ")";
+  }
+
+  CollectiveCase make_case(size_t count, bool in_place) const {
+    return {entry_.collective, entry_.dtype, entry_.reduce_op, count, ranks_.size(), entry_.root, in_place};
   }
 
  private:
-  static void fail(Outcome &outcome, const Error &error) {
-    print_error(error);
-    outcome.error = true;
-    outcome.result = std::string(error.code_name());
-  }
-
-  Group &group_;
+  WorkloadInfo entry_;
   std::vector<Device> ranks_;
+  std::vector<Buffer> first_, second_;  // per rank; an empty Buffer where the rank needs none
+};
+
+// ---- output ------------------------------------------------------------
+
+// printf into a string, trailing blanks dropped (they only make copied
+// output awkward).
+[[gnu::format(printf, 1, 2)]] std::string format(const char *pattern, ...) {
+  char text[256];
+  std::va_list args;
+  va_start(args, pattern);
+  std::vsnprintf(text, sizeof text, pattern, args);
+  va_end(args);
+  std::string line = text;
+  line.erase(line.find_last_not_of(' ') + 1);
+  return line;
+}
+
+// nccl-tests' columns and widths (its common.cu), so that what reads its
+// output reads ours; the time is a median where it prints a mean.
+void print_column_header() {
+  // The two mode blocks start at column 52 and are 32 wide.
+  std::string modes(52 + 32 + 32, ' ');
+  modes[0] = '#';
+  modes.replace(52 + 10, 12, "out-of-place");
+  modes.replace(52 + 32 + 12, 8, "in-place");
+  modes.resize(52 + 32 + 12 + 8);
+  std::printf("%s\n", modes.c_str());
+  std::printf("%s\n", (format("# %10s  %12s  %8s  %6s  %6s", "size", "count", "type", "redop", "root") +
+                       format("  %7s  %6s  %6s %6s", "time", "algbw", "busbw", "#wrong") +
+                       format("  %7s  %6s  %6s %6s", "time", "algbw", "busbw", "#wrong"))
+                          .c_str());
+  std::printf("%s\n", format("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s", "(B)", "(elements)", "",
+                             "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)")
+                          .c_str());
+}
+
+std::string format_time(double micros) {
+  if (micros >= 10000.0) return format("%7.0f", micros);
+  if (micros >= 100.0) return format("%7.1f", micros);
+  return format("%7.2f", micros);
+}
+
+std::string mode_cells(const ModeResult &mode) {
+  if (!mode.requested) return format("  %7s  %6s  %6s  %5s", "-", "-", "-", "-");
+  if (mode.error) return format("  %7s  %6s  %6s  %5s", "-", "-", "-", "error");
+  const std::string wrong = mode.wrong ? std::to_string(*mode.wrong) : "N/A";
+  return format("  %7s  %6.2f  %6.2f  %5s", format_time(mode.micros).c_str(), mode.algbw, mode.busbw, wrong.c_str());
+}
+
+Json mode_json(const ModeResult &mode) {
+  if (!mode.requested) return nullptr;
+  if (mode.error) return {{"error", Json::parse(mode.error->json(), nullptr, false)}};
+  Json out = {{"time_us", mode.micros}, {"algbw", mode.algbw}, {"busbw", mode.busbw}};
+  out["wrong"] = mode.wrong ? Json(*mode.wrong) : Json(nullptr);
+  return out;
+}
+
+// Totals of one entry, or of the whole run.
+struct Tally {
+  size_t wrong = 0, errors = 0;
+  double busbw_sum = 0;
+  size_t busbw_count = 0;
+  void add(const ModeResult &mode) {
+    if (!mode.requested) return;
+    if (mode.error) {
+      ++errors;
+      return;
+    }
+    wrong += mode.wrong.value_or(0);
+  }
 };
 
 }  // namespace
 
-int run_run(const GlobalOptions &options, const std::string &fleet_file) {
-  if (!fleet_file.empty()) {
-    print_usage_error("fleet files are not supported yet ('" + fleet_file +
-                      "'); run `backplane run` with no argument for the default fleet (cpu:0..cpu:" +
-                      std::to_string(kDefaultFleetSize - 1) + ")");
-    return kExitUsage;
-  }
-  std::optional<Host> host = open_host(options);
-  if (!host) return kExitFailure;
-
-  // The default fleet: cpu:0..3, or fewer when the cpu plugin was asked
-  // for fewer devices. No cpu:0 at all is a refusal, with the host's reason.
-  std::vector<Device> ranks;
-  for (size_t i = 0; i < kDefaultFleetSize; ++i) {
-    Result<Device> device = host->find_device("cpu:" + std::to_string(i));
-    if (!device) {
-      if (i > 0) break;
-      print_error(device.error());
-      return kExitFailure;
+int run_run(const GlobalOptions &options, const std::string &fleet_file, bool json, bool sweep) {
+  if (sweep) {
+    if (!fleet_file.empty() || json) {
+      print_usage_error(std::string("--sweep runs on cpu:0..cpu:3 and prints a table; it takes ") +
+                        (json ? "no --json" : "no fleet file ('" + fleet_file + "')"));
+      return kExitUsage;
     }
-    ranks.push_back(*device);
+    return run_sweep(options);
   }
-  Result<Group> created = host->create_group(ranks, "default");
-  if (!created) {
-    print_error(created.error());
+  std::optional<Host> host = open_fleet(options, fleet_file);
+  if (!host) return kExitFailure;
+  Result<std::vector<WorkloadInfo>> entries = host->workloads();
+  if (!entries) {
+    print_error(entries.error());
     return kExitFailure;
   }
-  Group group = std::move(created).value();
-  const size_t n = ranks.size();
-  const auto root = static_cast<uint32_t>(n - 1);  // a root other than 0 catches more
 
-  std::string names, kind;
-  for (const Device &device : ranks) {
-    Result<DeviceInfo> info = device.info();
-    if (!info) {
-      print_error(info.error());
-      return kExitFailure;
-    }
-    names += (names.empty() ? "" : " ") + info->name;
-    kind = info->kind;
-  }
-  std::printf("fleet: %s (one group of %zu; rooted collectives use root %u)\n\n", names.c_str(), n, root);
+  Json out_entries = Json::array();
+  Tally total;
+  size_t rows_run = 0;
+  if (!json) std::printf("# fleet: %s\n", fleet_label(fleet_file).c_str());
+  if (entries->empty() && !json) std::printf("# the fleet has no workload: nothing to run\n");
 
-  // In place / out of place are capability flags per (kind, collective, dtype).
-  std::map<std::pair<uint32_t, uint32_t>, uint32_t> place_flags;
-  for (const CapabilityInfo &row : host->capabilities())
-    if (row.device_kind == kind)
-      for (uint32_t dtype = 0; dtype < BP_DTYPE_COUNT; ++dtype)
-        if (row.dtypes & (1u << dtype)) place_flags[{row.collective, dtype}] |= row.flags;
+  for (const WorkloadInfo &entry : *entries) {
+    GroupView group = entry.group;
+    Json out = {{"group", std::string(group.name())}, {"operation", bp_collective_name(entry.collective)}};
+    if (entry.collective != BP_BARRIER) out["dtype"] = bp_dtype_name(entry.dtype);
+    if (is_reducing(entry.collective)) out["reduce_op"] = bp_reduce_op_name(entry.reduce_op);
+    if (is_rooted(entry.collective)) out["root"] = entry.root;
+    out["iterations"] = entry.iterations;
+    out["warmup"] = entry.warmup;
+    out["check"] = entry.check && entry.collective != BP_BARRIER;
 
-  Table table({{"collective", Align::left, 14},
-               {"type", Align::left, 4},
-               {"op", Align::left, 4},
-               {"mode", Align::left, 12},
-               {"count", Align::right, 8},
-               {"size", Align::right, 8},
-               {"time µs", Align::right, 8},
-               {"result"}});
-  table.print_header(stdout);
-
-  Runner runner(group, ranks);
-  size_t cases = 0, ok = 0, wrong = 0, errors = 0, unsupported = 0;
-  auto record = [&](const Outcome &outcome, std::vector<std::string> cells) {
-    ++cases;
-    if (outcome.ok)
-      ++ok;
-    else if (outcome.error)
-      ++errors;
-    else
-      ++wrong;
-    cells.push_back(outcome.error ? "-" : format_micros(outcome.micros));
-    cells.push_back(outcome.result);
-    table.print_row(stdout, cells);
-    std::fflush(stdout);
-  };
-  auto start = std::chrono::steady_clock::now();
-
-  for (uint32_t ci = 0; ci < BP_COLLECTIVE_COUNT; ++ci) {
-    const auto collective = static_cast<bp_collective>(ci);
-    const char *collective_name = bp_collective_name(collective);
-    if (collective == BP_BARRIER) {
-      Status status = group.check(BP_BARRIER, BP_U8);
-      if (!status && is_unsupported(status.error().code())) {
-        ++unsupported;
-        continue;
-      }
-      Outcome outcome;
-      if (!status) {
-        print_error(status.error());
-        outcome.error = true;
-        outcome.result = status.error().code_name();
-      } else {
-        outcome = runner.run_barrier();
-      }
-      record(outcome, {collective_name, "-", "-", "-", "-", "-"});
+    auto entry_failed = [&](const Error &error) {
+      print_error(error);
+      ++total.errors;
+      out["error"] = Json::parse(error.json(), nullptr, false);
+      out_entries.push_back(std::move(out));
+    };
+    Result<GroupDescription> described = describe_group(*host, group);
+    if (!described) {
+      entry_failed(described.error());
       continue;
     }
-    for (bp_dtype dtype : kDtypes) {
-      const uint32_t op_count = is_reducing(collective) ? BP_REDUCE_OP_COUNT : 1;
-      for (uint32_t oi = 0; oi < op_count; ++oi) {
-        const auto op = static_cast<bp_reduce_op>(oi);
-        const std::string op_name = is_reducing(collective) ? bp_reduce_op_name(op) : "-";
-        // An UNSUPPORTED answer is the fleet declining, not a failure; any
-        // other answer to a check is a refusal and fails the run.
-        Status status = group.check(collective, dtype, op);
-        if (!status && is_unsupported(status.error().code())) {
-          ++unsupported;
-          continue;
-        }
-        if (!status) {
-          print_error(status.error());
-          Outcome outcome{std::string(status.error().code_name()), false, true, 0, 0};
-          record(outcome, {collective_name, bp_dtype_name(dtype), op_name, "-", "-", "-"});
-          continue;
-        }
-        const uint32_t flags = place_flags[{ci, static_cast<uint32_t>(dtype)}];
-        for (bool in_place : {false, true}) {
-          if (!(flags & (in_place ? BP_CAPABILITY_IN_PLACE : BP_CAPABILITY_OUT_OF_PLACE))) {
-            ++unsupported;
-            continue;
-          }
-          for (size_t count : counts_for(collective, dtype, op, in_place, n)) {
-            CollectiveCase c{collective, dtype, op, count, n, root, in_place};
-            Outcome outcome = runner.run(c);
-            record(outcome, {collective_name, bp_dtype_name(dtype), op_name, in_place ? "in-place" : "out-of-place",
-                             std::to_string(c.count), format_bytes(outcome.bytes)});
-          }
+    std::vector<Device> ranks;
+    for (size_t r = 0; r < group.size(); ++r) ranks.push_back(group.device(r));
+    EntryRunner runner(entry, ranks);
+    out["devices"] = described->devices;
+    if (!described->plugins.empty())
+      out["plugin"] = {{"name", described->plugins[0].name}, {"version", described->plugins[0].version}};
+
+    if (!json) {
+      std::printf("#\n# %s on group %s: %s (plugin %s)\n", runner.describe().c_str(), std::string(group.name()).c_str(),
+                  described->device_text().c_str(), described->plugin_text().c_str());
+      std::printf("# time: median of %u call%s after %u warmup (nccl-tests prints a mean); #wrong: %s\n",
+                  entry.iterations, entry.iterations == 1 ? "" : "s", entry.warmup,
+                  out["check"].get<bool>() ? "elements that differ from the reference after the last call"
+                                           : "not checked");
+      print_column_header();
+    }
+
+    std::vector<Row> rows;
+    Tally tally;
+    // A call that fails says why on stderr; its row says "error".
+    auto report = [](const ModeResult &mode) {
+      if (mode.error) print_error(*mode.error);
+    };
+    const bool barrier = entry.collective == BP_BARRIER;
+    if (barrier) {
+      Row row;
+      row.modes[0] = runner.run_barrier();
+      report(row.modes[0]);
+      rows.push_back(std::move(row));
+    } else {
+      size_t max_count = 0;
+      for (uint64_t size : entry.sizes) max_count = std::max(max_count, runner.count_for(size));
+      if (std::optional<Error> failed = runner.allocate(max_count)) {
+        entry_failed(*failed);
+        continue;
+      }
+      const size_t es = bp_dtype_size(entry.dtype);
+      for (uint64_t size : entry.sizes) {
+        const size_t count = runner.count_for(size);
+        Row row;
+        row.count = count * runner.blocks();
+        row.size = row.count * es;
+        std::vector<std::vector<std::byte>> contributions;
+        for (size_t r = 0; r < ranks.size(); ++r)
+          contributions.push_back(make_contribution(runner.make_case(count, false), r));
+        if (entry.modes & BP_WORKLOAD_OUT_OF_PLACE) report(row.modes[0] = runner.run(count, false, contributions));
+        if (entry.modes & BP_WORKLOAD_IN_PLACE) report(row.modes[1] = runner.run(count, true, contributions));
+        rows.push_back(std::move(row));
+        if (!json) {
+          // Printed as it completes: a long run shows its progress.
+          const Row &done = rows.back();
+          const bool rooted = is_rooted(entry.collective);
+          std::printf("%s%s%s\n",
+                      format("%12llu  %12zu  %8s  %6s  %6s", static_cast<unsigned long long>(done.size), done.count,
+                             bp_dtype_name(entry.dtype),
+                             is_reducing(entry.collective) ? bp_reduce_op_name(entry.reduce_op) : "none",
+                             rooted ? std::to_string(entry.root).c_str() : "-1")
+                          .c_str(),
+                      mode_cells(done.modes[0]).c_str(), mode_cells(done.modes[1]).c_str());
+          std::fflush(stdout);
         }
       }
     }
+    if (barrier && !json) {
+      std::printf("%s%s%s\n", format("%12d  %12d  %8s  %6s  %6s", 0, 0, "none", "none", "-1").c_str(),
+                  mode_cells(rows[0].modes[0]).c_str(), mode_cells(rows[0].modes[1]).c_str());
+    }
+
+    Json out_rows = Json::array();
+    for (const Row &row : rows) {
+      for (const ModeResult &mode : row.modes) {
+        tally.add(mode);
+        if (mode.requested && !mode.error && !barrier) {
+          tally.busbw_sum += mode.busbw;
+          ++tally.busbw_count;
+        }
+      }
+      out_rows.push_back({{"size", row.size},
+                          {"count", row.count},
+                          {"out_of_place", mode_json(row.modes[0])},
+                          {"in_place", mode_json(row.modes[1])}});
+    }
+    rows_run += rows.size();
+    total.wrong += tally.wrong;
+    total.errors += tally.errors;
+    const double avg_busbw = tally.busbw_count ? tally.busbw_sum / static_cast<double>(tally.busbw_count) : 0;
+    out["rows"] = std::move(out_rows);
+    out["out_of_bounds"] = tally.wrong;
+    out["errors"] = tally.errors;
+    out["avg_busbw"] = barrier ? Json(nullptr) : Json(avg_busbw);
+    out_entries.push_back(std::move(out));
+    if (!json) {
+      std::printf("# Out of bounds values : %zu %s\n", tally.wrong, tally.wrong ? "FAILED" : "OK");
+      if (barrier)
+        std::printf("# Avg bus bandwidth    : N/A\n");
+      else
+        std::printf("# Avg bus bandwidth    : %g\n", avg_busbw);
+      if (tally.errors) std::printf("# Errors               : %zu (see stderr)\n", tally.errors);
+    }
   }
 
-  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf(
-      "\n%zu cases: %zu ok, %zu wrong, %zu failed to run; %zu combinations the fleet does not "
-      "support were not run; %.1f s\n",
-      cases, ok, wrong, errors, unsupported, seconds);
-  return wrong == 0 && errors == 0 ? kExitOk : kExitFailure;
+  const bool ok = total.wrong == 0 && total.errors == 0;
+  if (json) {
+    Json out = {{"fleet", fleet_file.empty() ? Json(nullptr) : Json(fleet_file)},
+                {"entries", std::move(out_entries)},
+                {"out_of_bounds", total.wrong},
+                {"errors", total.errors},
+                {"ok", ok}};
+    std::printf("%s\n", out.dump(2).c_str());
+  } else {
+    std::printf("#\n# %zu workload entr%s, %zu row%s: %zu out of bounds value%s, %zu error%s: %s\n", entries->size(),
+                entries->size() == 1 ? "y" : "ies", rows_run, rows_run == 1 ? "" : "s", total.wrong,
+                total.wrong == 1 ? "" : "s", total.errors, total.errors == 1 ? "" : "s", ok ? "OK" : "FAILED");
+  }
+  return ok ? kExitOk : kExitFailure;
 }
 
 }  // namespace backplane::cli

@@ -7,6 +7,11 @@
 
 namespace cli = backplane::cli;
 
+namespace backplane::cli {
+// cmd_conform.cpp: the conformance suite over one plugin file.
+int run_conform(const GlobalOptions &options, const std::string &plugin_file, bool json, bool quick);
+}  // namespace backplane::cli
+
 int main(int argc, char **argv) {
   CLI::App app{"Backplane: inspect plugins, devices and capabilities; run and check collectives.", "backplane"};
   app.footer(
@@ -37,10 +42,32 @@ int main(int argc, char **argv) {
   devices->add_flag("--json", json, "Print JSON");
   CLI::App *caps = app.add_subcommand("caps", "Capability matrix: device kinds x collectives x types x ops");
   caps->add_flag("--json", json, "Print JSON");
-  CLI::App *run = app.add_subcommand(
-      "run", "Run every collective the default fleet (cpu:0..cpu:3) supports and check every result");
+  CLI::App *validate = app.add_subcommand("validate", "Check a fleet file without running anything");
   std::string fleet_file;
-  run->add_option("FLEET", fleet_file, "Fleet file (not supported yet; without it the default fleet runs)");
+  validate->add_option("FLEET", fleet_file, "Fleet file (JSON, configs/schema.json)")->required();
+  validate->add_flag("--json", json, "Print JSON");
+  CLI::App *run = app.add_subcommand(
+      "run", "Bring a fleet up, run its workload and check every result (nccl-tests columns)");
+  run->add_option("FLEET", fleet_file, "Fleet file (default: the built-in configs/default.json, cpu:0..cpu:3)");
+  run->add_flag("--json", json, "Print JSON");
+  bool sweep = false;
+  run->add_flag("--sweep", sweep, "Instead of a workload: every collective x type x op x mode cpu:0..cpu:3 support");
+  CLI::App *explain = app.add_subcommand(
+      "explain", "Would a collective run on a fleet's group, and by which plugin; or why not (runs nothing)");
+  cli::ExplainRequest explain_request;
+  explain->add_option("FLEET", fleet_file, "Fleet file (default: the built-in configs/default.json)");
+  explain->add_option("--group", explain_request.group, "Group of the fleet")->required();
+  explain->add_option("--collective", explain_request.collective, "e.g. all_reduce")->required();
+  explain->add_option("--dtype", explain_request.dtype, "Element type, e.g. f32 (none for barrier)");
+  explain->add_option("--op", explain_request.op, "Reduce op, e.g. sum (default sum)");
+  explain->add_flag("--json", json, "Print JSON");
+  CLI::App *conform = app.add_subcommand(
+      "conform", "Conformance suite: check every capability a plugin file declares, and that it refuses the rest");
+  std::string conform_file;
+  bool conform_quick = false;
+  conform->add_option("PLUGIN", conform_file, "Plugin file (libbackplane_<name>.so), loaded alone")->required();
+  conform->add_flag("--json", json, "Print JSON");
+  conform->add_flag("--quick", conform_quick, "Fewer groups and sizes (seconds even in sanitizer builds)");
 
   // Extra arguments are allowed on the top level only (set after the
   // subcommands, so they do not inherit it), to tell "unknown subcommand"
@@ -56,11 +83,12 @@ int main(int argc, char **argv) {
   const bool any_subcommand = app.get_subcommands().size() > 0;
   if (!any_subcommand || !extras.empty()) {
     if (!any_subcommand && !extras.empty() && extras.front().rfind('-', 0) != 0)
-      cli::print_usage_error("unknown subcommand '" + extras.front() + "' (known: plugins, devices, caps, run)");
+      cli::print_usage_error("unknown subcommand '" + extras.front() +
+                             "' (known: plugins, devices, caps, validate, run, explain, conform)");
     else if (!extras.empty())
       cli::print_usage_error("unexpected argument '" + extras.front() + "'");
     else
-      cli::print_usage_error("a subcommand is required: plugins, devices, caps or run");
+      cli::print_usage_error("a subcommand is required: plugins, devices, caps, validate, run, explain or conform");
     return cli::kExitUsage;
   }
 
@@ -81,6 +109,9 @@ int main(int argc, char **argv) {
   if (plugins->parsed()) return cli::run_plugins(options, json);
   if (devices->parsed()) return cli::run_devices(options, json);
   if (caps->parsed()) return cli::run_caps(options, json);
-  if (run->parsed()) return cli::run_run(options, fleet_file);
+  if (validate->parsed()) return cli::run_validate(options, fleet_file, json);
+  if (run->parsed()) return cli::run_run(options, fleet_file, json, sweep);
+  if (explain->parsed()) return cli::run_explain(options, fleet_file, explain_request, json);
+  if (conform->parsed()) return cli::run_conform(options, conform_file, json, conform_quick);
   return cli::kExitUsage;  // unreachable: one subcommand was parsed
 }

@@ -34,6 +34,14 @@ class Error {
   }
   bool has_field(const char *key) const { return bp_error_field(error_.get(), key) != nullptr; }
   const bp_error *get() const { return error_.get(); }
+  // The problems an error gathers (a fleet that fails to load), each an
+  // error of its own, borrowed from this one; empty for a single error.
+  std::vector<const bp_error *> problems() const {
+    std::vector<const bp_error *> problems;
+    for (size_t i = 0; i < bp_error_problem_count(error_.get()); ++i)
+      problems.push_back(bp_error_problem(error_.get(), i));
+    return problems;
+  }
 
  private:
   struct Deleter {
@@ -190,53 +198,107 @@ class Event {
 // Raw buffer handles, one per rank, as the collectives take them.
 using Ranks = std::span<bp_buffer *const>;
 
-class Group {
+// A group, borrowed: every call of a group, without ownership. What the
+// host lends out (fleet groups, Host::find_group, Host::groups) and what a
+// Group is too.
+class GroupView {
  public:
-  Group() = default;
-  explicit Group(bp_group *group) : group_(group) {}
-  size_t size() const { return bp_group_size(group_.get()); }
-  bp_group *get() const { return group_.get(); }
+  GroupView() = default;
+  explicit GroupView(bp_group *group) : group_(group) {}
+  size_t size() const { return bp_group_size(group_); }
+  bp_group *get() const { return group_; }
+  // "" when unnamed.
+  std::string_view name() const { return bp_group_name(group_); }
+  // The device of rank `rank`; a null Device when out of range.
+  Device device(size_t rank) const { return Device(bp_group_device(group_, rank)); }
 
   Status check(bp_collective collective, bp_dtype dtype, bp_reduce_op op = BP_SUM) const {
-    return Status(bp_group_check(group_.get(), collective, dtype, op));
+    return Status(bp_group_check(group_, collective, dtype, op));
   }
   Status run(const bp_collective_request &request) {
-    return Status(bp_run_collective(group_.get(), &request));
+    return Status(bp_run_collective(group_, &request));
   }
   Result<Event> start(const bp_collective_request &request) {
     bp_event *raw = nullptr;
-    if (bp_error *error = bp_run_collective_async(group_.get(), &request, &raw)) return Error(error);
+    if (bp_error *error = bp_run_collective_async(group_, &request, &raw)) return Error(error);
     return Event(raw);
   }
   Status all_reduce(Ranks send, Ranks recv, size_t count, bp_dtype dtype, bp_reduce_op op) {
-    return Status(bp_all_reduce(group_.get(), send.data(), recv.data(), count, dtype, op));
+    return Status(bp_all_reduce(group_, send.data(), recv.data(), count, dtype, op));
   }
   Status reduce(Ranks send, Ranks recv, size_t count, bp_dtype dtype, bp_reduce_op op, uint32_t root) {
-    return Status(bp_reduce(group_.get(), send.data(), recv.data(), count, dtype, op, root));
+    return Status(bp_reduce(group_, send.data(), recv.data(), count, dtype, op, root));
   }
   Status broadcast(Ranks send, Ranks recv, size_t count, bp_dtype dtype, uint32_t root) {
-    return Status(bp_broadcast(group_.get(), send.data(), recv.data(), count, dtype, root));
+    return Status(bp_broadcast(group_, send.data(), recv.data(), count, dtype, root));
   }
   Status all_gather(Ranks send, Ranks recv, size_t count, bp_dtype dtype) {
-    return Status(bp_all_gather(group_.get(), send.data(), recv.data(), count, dtype));
+    return Status(bp_all_gather(group_, send.data(), recv.data(), count, dtype));
   }
   Status reduce_scatter(Ranks send, Ranks recv, size_t count, bp_dtype dtype, bp_reduce_op op) {
-    return Status(bp_reduce_scatter(group_.get(), send.data(), recv.data(), count, dtype, op));
+    return Status(bp_reduce_scatter(group_, send.data(), recv.data(), count, dtype, op));
   }
   Status gather(Ranks send, Ranks recv, size_t count, bp_dtype dtype, uint32_t root) {
-    return Status(bp_gather(group_.get(), send.data(), recv.data(), count, dtype, root));
+    return Status(bp_gather(group_, send.data(), recv.data(), count, dtype, root));
   }
   Status scatter(Ranks send, Ranks recv, size_t count, bp_dtype dtype, uint32_t root) {
-    return Status(bp_scatter(group_.get(), send.data(), recv.data(), count, dtype, root));
+    return Status(bp_scatter(group_, send.data(), recv.data(), count, dtype, root));
   }
   Status all_to_all(Ranks send, Ranks recv, size_t count, bp_dtype dtype) {
-    return Status(bp_all_to_all(group_.get(), send.data(), recv.data(), count, dtype));
+    return Status(bp_all_to_all(group_, send.data(), recv.data(), count, dtype));
   }
-  Status barrier() { return Status(bp_barrier(group_.get())); }
+  Status barrier() { return Status(bp_barrier(group_)); }
 
- private:
-  detail::Owned<bp_group, bp_group_destroy> group_;
+ protected:
+  bp_group *group_ = nullptr;
 };
+
+// An owned group (bp_group_create); destroyed with the object.
+class Group : public GroupView {
+ public:
+  Group() = default;
+  explicit Group(bp_group *group) : GroupView(group) {}
+  Group(const Group &) = delete;
+  Group &operator=(const Group &) = delete;
+  Group(Group &&other) noexcept : GroupView(std::exchange(other.group_, nullptr)) {}
+  Group &operator=(Group &&other) noexcept {
+    if (this != &other) {
+      if (group_) bp_group_destroy(group_);
+      group_ = std::exchange(other.group_, nullptr);
+    }
+    return *this;
+  }
+  ~Group() {
+    if (group_) bp_group_destroy(group_);
+  }
+};
+
+// One entry of a fleet's workload, sizes expanded (bp_workload_info).
+struct WorkloadInfo {
+  GroupView group;  // borrowed from the host
+  bp_collective collective = BP_ALL_REDUCE;
+  bp_dtype dtype = BP_F32;
+  bp_reduce_op reduce_op = BP_SUM;
+  uint32_t root = 0;
+  std::vector<uint64_t> sizes;  // bytes of a rank's largest buffer, as nccl-tests counts them
+  uint32_t iterations = 0, warmup = 0;
+  uint32_t modes = 0;  // BP_WORKLOAD_OUT_OF_PLACE | BP_WORKLOAD_IN_PLACE
+  bool check = false;
+};
+
+// Log lines: where they go and which pass (process-wide; see backplane.h).
+inline void set_log_sink(bp_log_sink sink, void *context) { bp_log_set_sink(sink, context); }
+inline bool configure_log(const char *spec) { return bp_log_configure(spec); }
+
+// A size expression of the fleet file ("8B..64MiB x4", "4KiB") expanded.
+inline Result<std::vector<uint64_t>> parse_sizes(const std::string &text) {
+  size_t count = 0;
+  if (bp_error *error = bp_parse_sizes(text.c_str(), nullptr, 0, &count)) return Error(error);
+  std::vector<uint64_t> sizes(count);
+  if (bp_error *error = bp_parse_sizes(text.c_str(), sizes.data(), sizes.size(), &count)) return Error(error);
+  sizes.resize(count);
+  return sizes;
+}
 
 struct HostOptions {
   std::vector<std::string> plugin_dirs;
@@ -244,24 +306,89 @@ struct HostOptions {
   std::string plugin_options_json;  // empty: none
 };
 
+namespace detail {
+// bp_host_options pointing into `options`, which must outlive it.
+struct RawHostOptions {
+  explicit RawHostOptions(const HostOptions &source) {
+    for (const std::string &dir : source.plugin_dirs) dirs.push_back(dir.c_str());
+    options.struct_size = sizeof options;
+    options.plugin_dirs = dirs.data();
+    options.plugin_dir_count = dirs.size();
+    options.flags = source.flags;
+    options.plugin_options_json = source.plugin_options_json.empty() ? nullptr : source.plugin_options_json.c_str();
+  }
+  RawHostOptions(const RawHostOptions &) = delete;
+  RawHostOptions &operator=(const RawHostOptions &) = delete;
+  std::vector<const char *> dirs;
+  bp_host_options options{};
+};
+}  // namespace detail
+
 class Host {
  public:
   Host() = default;
   explicit Host(bp_host *host) : host_(host) {}
 
   static Result<Host> create(const HostOptions &options = {}) {
-    std::vector<const char *> dirs;
-    for (const std::string &dir : options.plugin_dirs) dirs.push_back(dir.c_str());
-    bp_host_options raw{};
-    raw.struct_size = sizeof raw;
-    raw.plugin_dirs = dirs.data();
-    raw.plugin_dir_count = dirs.size();
-    raw.flags = options.flags;
-    raw.plugin_options_json =
-        options.plugin_options_json.empty() ? nullptr : options.plugin_options_json.c_str();
+    detail::RawHostOptions raw(options);
     bp_host *host = nullptr;
-    if (bp_error *error = bp_host_create(&raw, &host)) return Error(error);
+    if (bp_error *error = bp_host_create(&raw.options, &host)) return Error(error);
     return Host(host);
+  }
+
+  // A host for a fleet file (bp_host_create_from_fleet_file). A fleet that
+  // does not load is an Error whose problems() are its problems.
+  static Result<Host> create_from_fleet_file(const std::string &path, const HostOptions &options = {}) {
+    detail::RawHostOptions raw(options);
+    bp_host *host = nullptr;
+    if (bp_error *error = bp_host_create_from_fleet_file(path.c_str(), &raw.options, &host)) return Error(error);
+    return Host(host);
+  }
+
+  Status load_fleet_file(const std::string &path) {
+    return Status(bp_host_load_fleet_file(host_.get(), path.c_str()));
+  }
+  Status load_fleet_text(std::string_view json) {
+    return Status(bp_host_load_fleet_text(host_.get(), json.data(), json.size()));
+  }
+
+  // A group the fleet created, borrowed from the host.
+  Result<GroupView> find_group(const std::string &name) {
+    bp_group *group = nullptr;
+    if (bp_error *error = bp_host_find_group(host_.get(), name.c_str(), &group)) return Error(error);
+    return GroupView(group);
+  }
+  std::vector<GroupView> groups() const {
+    std::vector<GroupView> groups;
+    for (size_t i = 0; i < bp_host_group_count(host_.get()); ++i) groups.emplace_back(bp_host_group(host_.get(), i));
+    return groups;
+  }
+
+  size_t workload_count() const { return bp_host_workload_count(host_.get()); }
+  Result<WorkloadInfo> workload(size_t index) const {
+    bp_workload_info raw{};
+    raw.struct_size = sizeof raw;
+    if (bp_error *error = bp_host_workload(host_.get(), index, &raw)) return Error(error);
+    return WorkloadInfo{GroupView(raw.group),
+                        static_cast<bp_collective>(raw.collective),
+                        static_cast<bp_dtype>(raw.dtype),
+                        static_cast<bp_reduce_op>(raw.reduce_op),
+                        raw.root,
+                        std::vector<uint64_t>(raw.sizes, raw.sizes + raw.size_count),
+                        raw.iterations,
+                        raw.warmup,
+                        raw.modes,
+                        raw.check};
+  }
+  // Every entry, or the first error.
+  Result<std::vector<WorkloadInfo>> workloads() const {
+    std::vector<WorkloadInfo> entries;
+    for (size_t i = 0; i < workload_count(); ++i) {
+      Result<WorkloadInfo> entry = workload(i);
+      if (!entry) return entry.error();
+      entries.push_back(std::move(*entry));
+    }
+    return entries;
   }
 
   bp_host *get() const { return host_.get(); }

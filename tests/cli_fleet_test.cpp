@@ -1,0 +1,326 @@
+// The `backplane` CLI over fleet files, end to end as a subprocess: validate
+// (problems as FILE:POINTER: reason), run (nccl-tests rows, checked) and
+// explain (would it run, or the structured refusal), with their exit codes.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "test_support.hpp"
+
+namespace backplane::testing {
+namespace {
+
+struct Ran {
+  int exit_code = -1;
+  std::string out;  // stdout, and stderr too where the args end in 2>&1
+};
+
+std::string quote(const std::string &text) {
+  std::string quoted = "'";
+  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+// Runs `backplane <args>` (args already shell-quoted where needed).
+Ran run_cli(const std::string &args) {
+  Ran ran;
+  std::string command = quote(BACKPLANE_TEST_CLI) + " " + args;
+  std::FILE *pipe = ::popen(command.c_str(), "r");
+  if (!pipe) {
+    ADD_FAILURE() << "popen failed: " << command;
+    return ran;
+  }
+  char chunk[4096];
+  size_t got;
+  while ((got = std::fread(chunk, 1, sizeof chunk, pipe)) > 0) ran.out.append(chunk, got);
+  int status = ::pclose(pipe);
+  ran.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return ran;
+}
+
+nlohmann::json parse(const Ran &ran) {
+  nlohmann::json parsed = nlohmann::json::parse(ran.out, nullptr, /*allow_exceptions=*/false);
+  EXPECT_FALSE(parsed.is_discarded()) << "not JSON:\n" << ran.out;
+  return parsed;
+}
+
+std::vector<std::string> lines_of(const std::string &text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+std::vector<std::string> words_of(const std::string &line) {
+  std::vector<std::string> words;
+  std::istringstream in(line);
+  for (std::string word; in >> word;) words.push_back(word);
+  return words;
+}
+
+const std::string kDefaultFleet = std::string(BACKPLANE_TEST_SOURCE_DIR) + "/configs/default.json";
+
+// Two problems of meaning, found by the second stage: a kind no plugin
+// provides (a typo), and a name used twice.
+constexpr const char *kBadFleet = R"({
+  "version": 1,
+  "devices": [
+    {"name": "gpu", "kind": "vulkn"},
+    {"name": "gpu", "kind": "cpu"}
+  ]
+})";
+
+class CliFleetTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(std::filesystem::exists(BACKPLANE_TEST_CLI))
+        << BACKPLANE_TEST_CLI << " is missing: build the backplane_cli target";
+  }
+};
+
+// ---- validate ----------------------------------------------------------
+
+TEST_F(CliFleetTest, ValidateAcceptsTheDefaultFleet) {
+  Ran ran = run_cli("validate " + quote(kDefaultFleet));
+  EXPECT_EQ(ran.exit_code, 0) << ran.out;
+  EXPECT_EQ(ran.out, kDefaultFleet + ": ok (4 devices, 1 group, 10 workload entries)\n");
+}
+
+TEST_F(CliFleetTest, ValidatePrintsEachProblemAsFilePointerReason) {
+  TempDir dir;
+  const std::string fleet = dir.write_file("bad.json", kBadFleet).string();
+  Ran ran = run_cli("validate " + quote(fleet));
+  EXPECT_EQ(ran.exit_code, 1) << ran.out;
+  const std::vector<std::string> lines = lines_of(ran.out);
+  auto has_line_starting = [&](const std::string &start) {
+    for (const std::string &line : lines)
+      if (line.rfind(start, 0) == 0) return true;
+    return false;
+  };
+  EXPECT_TRUE(has_line_starting(fleet + ":/devices/0/kind: unknown device kind 'vulkn'")) << ran.out;
+  EXPECT_TRUE(has_line_starting(fleet + ":/devices/1/name: duplicate device name 'gpu'")) << ran.out;
+  // Every line is a problem or a hint below one.
+  for (const std::string &line : lines)
+    EXPECT_TRUE(line.rfind(fleet + ":/", 0) == 0 || line.rfind("  hint: ", 0) == 0) << line;
+}
+
+TEST_F(CliFleetTest, ValidateSchemaProblemsComeWithTheirHint) {
+  TempDir dir;
+  const std::string fleet =
+      dir.write_file("typo.json", R"({"version": 1, "workload": [{"group": "g", "collective": "al_reduce"}]})")
+          .string();
+  Ran ran = run_cli("validate " + quote(fleet));
+  EXPECT_EQ(ran.exit_code, 1) << ran.out;
+  EXPECT_EQ(ran.out.rfind(fleet + ":/workload/0/collective: ", 0), 0u) << ran.out;
+  EXPECT_NE(ran.out.find("\n  hint: "), std::string::npos) << ran.out;
+  EXPECT_NE(ran.out.find("'all_reduce'"), std::string::npos) << ran.out;
+}
+
+TEST_F(CliFleetTest, ValidateJsonListsEachProblemAsAnError) {
+  TempDir dir;
+  const std::string fleet = dir.write_file("bad.json", kBadFleet).string();
+  Ran ran = run_cli("validate --json " + quote(fleet));
+  EXPECT_EQ(ran.exit_code, 1) << ran.out;
+  nlohmann::json out = parse(ran);
+  EXPECT_EQ(out["file"], fleet);
+  EXPECT_EQ(out["valid"], false);
+  ASSERT_TRUE(out["problems"].is_array()) << out.dump(2);
+  std::set<std::string> pointers;
+  for (const nlohmann::json &problem : out["problems"]) {
+    EXPECT_EQ(problem["file"], fleet) << problem.dump(2);
+    EXPECT_TRUE(problem["code"].is_string()) << problem.dump(2);
+    EXPECT_TRUE(problem["reason"].is_string()) << problem.dump(2);
+    pointers.insert(problem["pointer"].get<std::string>());
+    if (problem["pointer"] == "/devices/0/kind") {
+      EXPECT_EQ(problem["code"], "PLUGIN_NOT_FOUND");
+      EXPECT_EQ(problem["value"], "vulkn");
+    }
+  }
+  EXPECT_TRUE(pointers.count("/devices/0/kind")) << out.dump(2);
+  EXPECT_TRUE(pointers.count("/devices/1/name")) << out.dump(2);
+
+  Ran good = run_cli("validate --json " + quote(kDefaultFleet));
+  EXPECT_EQ(good.exit_code, 0) << good.out;
+  nlohmann::json ok = parse(good);
+  EXPECT_EQ(ok["valid"], true);
+  EXPECT_EQ(ok["problems"], nlohmann::json::array());
+  EXPECT_EQ(ok["groups"], 1);
+  EXPECT_EQ(ok["workload_entries"], 10);
+}
+
+TEST_F(CliFleetTest, ValidateOfAMissingFileIsAProblemToo) {
+  TempDir dir;
+  const std::string fleet = (dir.path() / "missing.json").string();
+  Ran ran = run_cli("validate " + quote(fleet));
+  EXPECT_EQ(ran.exit_code, 1) << ran.out;
+  EXPECT_EQ(ran.out.rfind(fleet + ": ", 0), 0u) << ran.out;
+}
+
+// ---- run ---------------------------------------------------------------
+
+TEST_F(CliFleetTest, RunTheDefaultFleetChecksEveryRow) {
+  Ran ran = run_cli("run " + quote(kDefaultFleet));
+  EXPECT_EQ(ran.exit_code, 0) << ran.out;
+  // One block per workload entry, each with its header and a clean footer.
+  for (const char *header : {"# all_reduce(f32, sum) on group all_cpu: cpu:0, cpu:1, cpu:2, cpu:3 (plugin cpu ",
+                             "# all_reduce(bf16, avg) on group all_cpu", "# reduce_scatter(f32, sum) on group",
+                             "# all_gather(f32) on group", "# broadcast(i32) on group", "# reduce(f64, max) on group",
+                             "# all_to_all(u8) on group", "# gather(i64) on group", "# scatter(f16) on group",
+                             "# barrier on group"})
+    EXPECT_NE(ran.out.find(header), std::string::npos) << header << "\n" << ran.out;
+  size_t footers = 0;
+  for (size_t at = ran.out.find("# Out of bounds values : 0 OK\n"); at != std::string::npos;
+       at = ran.out.find("# Out of bounds values : 0 OK\n", at + 1))
+    ++footers;
+  EXPECT_EQ(footers, 10u) << ran.out;
+
+  // Rows: size count type redop root, then time algbw busbw #wrong out of
+  // place and in place; every checked #wrong is 0.
+  size_t rows = 0;
+  for (const std::string &line : lines_of(ran.out)) {
+    if (line.empty() || line[0] == '#') continue;
+    const std::vector<std::string> words = words_of(line);
+    ASSERT_EQ(words.size(), 13u) << line;
+    ++rows;
+    const bool barrier = words[2] == "none";
+    for (size_t column : {8u, 12u}) {
+      if (barrier)
+        EXPECT_TRUE(words[column] == "N/A" || words[column] == "-") << line;
+      else
+        EXPECT_EQ(words[column], "0") << line;
+    }
+    if (!barrier) {
+      const double size = std::stod(words[0]), count = std::stod(words[1]);
+      EXPECT_GT(count, 0) << line;
+      EXPECT_EQ(std::fmod(size, count), 0.0) << line;  // size is count whole elements
+    }
+  }
+  // all_reduce f32 8B..64MiB x4 alone has 12 rows.
+  EXPECT_GE(rows, 30u) << ran.out;
+  EXPECT_NE(ran.out.find(": 0 out of bounds values, 0 errors: OK\n"), std::string::npos) << ran.out;
+}
+
+TEST_F(CliFleetTest, RunJsonRoundsSizesAsNcclTestsDoes) {
+  TempDir dir;
+  const std::string fleet = dir.write_file("three.json", R"({
+    "version": 1,
+    "devices": [{"name": "cpu", "kind": "cpu", "count": 3}],
+    "groups": [{"name": "trio", "devices": ["cpu:2", "cpu:0", "cpu:1"]}],
+    "workload": [
+      {"group": "trio", "collective": "all_gather", "dtype": "f32", "sizes": [100, "4KiB"],
+       "iterations": 3, "warmup": 1, "in_place": true},
+      {"group": "trio", "collective": "reduce", "dtype": "i32", "op": "min", "root": 2, "sizes": "64B",
+       "iterations": 2, "check": false}
+    ]})").string();
+  Ran ran = run_cli("run --json " + quote(fleet));
+  EXPECT_EQ(ran.exit_code, 0) << ran.out;
+  nlohmann::json out = parse(ran);
+  EXPECT_EQ(out["ok"], true);
+  EXPECT_EQ(out["out_of_bounds"], 0);
+  ASSERT_EQ(out["entries"].size(), 2u) << out.dump(2);
+
+  // all_gather on 3 ranks: the largest buffer holds 3 blocks of f32, so
+  // 100 B becomes 96 B (24 elements) and 4096 B becomes 4092 B.
+  const nlohmann::json &gather = out["entries"][0];
+  EXPECT_EQ(gather["operation"], "all_gather");
+  EXPECT_EQ(gather["devices"], nlohmann::json::array({"cpu:2", "cpu:0", "cpu:1"}));
+  EXPECT_EQ(gather["plugin"]["name"], "cpu");
+  ASSERT_EQ(gather["rows"].size(), 2u) << gather.dump(2);
+  EXPECT_EQ(gather["rows"][0]["size"], 96);
+  EXPECT_EQ(gather["rows"][0]["count"], 24);
+  EXPECT_EQ(gather["rows"][1]["size"], 4092);
+  for (const nlohmann::json &row : gather["rows"]) {
+    EXPECT_TRUE(row["out_of_place"].is_null()) << row.dump();  // in place only
+    const nlohmann::json &in_place = row["in_place"];
+    EXPECT_EQ(in_place["wrong"], 0) << row.dump();
+    EXPECT_GT(in_place["time_us"].get<double>(), 0) << row.dump();
+    // busbw = algbw (n-1)/n for all_gather
+    EXPECT_NEAR(in_place["busbw"].get<double>(), in_place["algbw"].get<double>() * 2 / 3, 1e-9) << row.dump();
+  }
+
+  const nlohmann::json &reduce = out["entries"][1];
+  EXPECT_EQ(reduce["root"], 2);
+  EXPECT_EQ(reduce["check"], false);
+  ASSERT_EQ(reduce["rows"].size(), 1u) << reduce.dump(2);
+  for (const char *mode : {"out_of_place", "in_place"}) {
+    const nlohmann::json &cell = reduce["rows"][0][mode];
+    EXPECT_TRUE(cell["wrong"].is_null()) << cell.dump();  // not checked
+    EXPECT_EQ(cell["busbw"], cell["algbw"]) << cell.dump();  // factor 1 for reduce
+  }
+}
+
+TEST_F(CliFleetTest, RunOfAFleetThatDoesNotLoadFailsWithItsProblems) {
+  TempDir dir;
+  const std::string fleet = dir.write_file("bad.json", kBadFleet).string();
+  Ran ran = run_cli("run " + quote(fleet) + " 2>&1");
+  EXPECT_EQ(ran.exit_code, 1) << ran.out;
+  EXPECT_NE(ran.out.find(fleet + ":/devices/0/kind: "), std::string::npos) << ran.out;
+}
+
+// ---- explain -----------------------------------------------------------
+
+TEST_F(CliFleetTest, ExplainSaysWhereARequestWouldRun) {
+  const std::string request = " --group all_cpu --collective all_reduce --dtype f32 --op sum";
+  Ran ran = run_cli("explain " + quote(kDefaultFleet) + request);
+  EXPECT_EQ(ran.exit_code, 0) << ran.out;
+  EXPECT_EQ(ran.out.rfind(
+                "would run: all_reduce(f32, sum) on group all_cpu (cpu:0, cpu:1, cpu:2, cpu:3) by plugin cpu ", 0),
+            0u)
+      << ran.out;
+
+  Ran json = run_cli("explain --json " + quote(kDefaultFleet) + request);
+  EXPECT_EQ(json.exit_code, 0) << json.out;
+  nlohmann::json out = parse(json);
+  EXPECT_EQ(out["runs"], true);
+  EXPECT_EQ(out["operation"], "all_reduce");
+  EXPECT_EQ(out["plugin"]["name"], "cpu");
+  EXPECT_EQ(out["devices"].size(), 4u);
+}
+
+TEST_F(CliFleetTest, ExplainGivesTheRefusalWithItsCodeAndHint) {
+  const std::string request = " --group all_cpu --collective all_reduce --dtype i32 --op avg";
+  Ran ran = run_cli("explain " + quote(kDefaultFleet) + request);
+  EXPECT_EQ(ran.exit_code, 1) << ran.out;
+  EXPECT_EQ(ran.out.rfind("refused: all_reduce(i32, avg) ", 0), 0u) << ran.out;
+  EXPECT_NE(ran.out.find("\n  code: UNSUPPORTED_REDUCE_OP\n"), std::string::npos) << ran.out;
+  EXPECT_NE(ran.out.find("\n  alternatives:"), std::string::npos) << ran.out;
+  EXPECT_NE(ran.out.find("\n  hint: "), std::string::npos) << ran.out;
+
+  Ran json = run_cli("explain --json " + quote(kDefaultFleet) + request);
+  EXPECT_EQ(json.exit_code, 1) << json.out;
+  nlohmann::json out = parse(json);
+  EXPECT_EQ(out["runs"], false);
+  EXPECT_EQ(out["code"], "UNSUPPORTED_REDUCE_OP");
+  EXPECT_EQ(out["reduce_op"], "avg");
+  EXPECT_TRUE(out["alternatives"].is_array()) << out.dump(2);
+  EXPECT_TRUE(out["hint"].is_string()) << out.dump(2);
+}
+
+TEST_F(CliFleetTest, ExplainWithBadNamesIsUsageAndSuggestsTheClosest) {
+  const std::string fleet = quote(kDefaultFleet);
+  Ran collective = run_cli("explain " + fleet + " --group all_cpu --collective al_reduce --dtype f32 2>&1");
+  EXPECT_EQ(collective.exit_code, 2) << collective.out;
+  EXPECT_NE(collective.out.find("did you mean 'all_reduce'?"), std::string::npos) << collective.out;
+  Ran dtype = run_cli("explain " + fleet + " --group all_cpu --collective all_reduce --dtype f31 2>&1");
+  EXPECT_EQ(dtype.exit_code, 2) << dtype.out;
+  EXPECT_NE(dtype.out.find("did you mean 'f32'?"), std::string::npos) << dtype.out;
+  Ran op = run_cli("explain " + fleet + " --group all_cpu --collective all_reduce --dtype f32 --op summ 2>&1");
+  EXPECT_EQ(op.exit_code, 2) << op.out;
+  EXPECT_NE(op.out.find("did you mean 'sum'?"), std::string::npos) << op.out;
+  Ran group = run_cli("explain " + fleet + " --group all_cpux --collective all_reduce --dtype f32 2>&1");
+  EXPECT_EQ(group.exit_code, 2) << group.out;
+  EXPECT_NE(group.out.find("all_cpu"), std::string::npos) << group.out;
+  EXPECT_EQ(run_cli("explain " + fleet + " --group all_cpu --collective all_reduce").exit_code, 2);  // no --dtype
+  EXPECT_EQ(run_cli("explain " + fleet + " --collective all_reduce --dtype f32").exit_code, 2);      // no --group
+}
+
+}  // namespace
+}  // namespace backplane::testing

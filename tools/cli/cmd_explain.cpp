@@ -1,0 +1,140 @@
+// `backplane explain [FLEET.json] --group G --collective C --dtype T [--op O]`:
+// says, without running anything, whether the request would run on the
+// fleet's group and by which plugin, or the structured refusal
+// (bp_group_check) with its alternatives and hint.
+#include <nlohmann/json.hpp>
+
+#include "cli.hpp"
+#include "reference.hpp"
+
+namespace backplane::cli {
+namespace {
+
+template <typename Enum>
+std::vector<std::string> names_of(uint32_t count, const char *(*name)(Enum)) {
+  std::vector<std::string> names;
+  for (uint32_t i = 0; i < count; ++i) names.emplace_back(name(static_cast<Enum>(i)));
+  return names;
+}
+
+// Parses one name, or prints the usage error (with the closest known name)
+// and returns false.
+template <typename Enum>
+bool parse_name(const char *what, const std::string &given, bool (*from_name)(const char *, Enum *),
+                const std::vector<std::string> &known, Enum *out) {
+  if (from_name(given.c_str(), out)) return true;
+  std::string message = "unknown " + std::string(what) + " '" + given + "'";
+  const std::string closest = closest_name(given, known);
+  if (!closest.empty()) message += "; did you mean '" + closest + "'?";
+  message += " (known: ";
+  for (size_t i = 0; i < known.size(); ++i) message += (i ? ", " : "") + known[i];
+  print_usage_error(message + ")");
+  return false;
+}
+
+std::string operation_text(bp_collective collective, bp_dtype dtype, bp_reduce_op op) {
+  if (collective == BP_BARRIER) return "barrier";
+  std::string text = std::string(bp_collective_name(collective)) + "(" + bp_dtype_name(dtype);
+  if (is_reducing(collective)) text += std::string(", ") + bp_reduce_op_name(op);
+  return text + ")";
+}
+
+// One line per alternative the refusal lists: a loaded kind that runs the
+// request, or a refused plugin file that declares it.
+std::vector<std::string> alternative_lines(const Error &error) {
+  std::vector<std::string> lines;
+  nlohmann::json alternatives = nlohmann::json::parse(error.field("alternatives"), nullptr, false);
+  if (!alternatives.is_array()) return lines;
+  for (const nlohmann::json &alternative : alternatives) {
+    const std::string kind = alternative.value("device_kind", "?");
+    if (alternative.contains("plugin"))
+      lines.push_back(kind + " devices (plugin " + alternative.value("plugin", "?") + ")");
+    else
+      lines.push_back(kind + " devices: declared by '" + alternative.value("file", "?") +
+                      "', which failed to load: " + alternative.value("reason", "?"));
+  }
+  return lines;
+}
+
+}  // namespace
+
+int run_explain(const GlobalOptions &options, const std::string &fleet_file, const ExplainRequest &request,
+                bool json) {
+  // Names first: a typo is bad usage, found before any plugin loads.
+  bp_collective collective{};
+  bp_dtype dtype = BP_F32;  // barrier has none; the check ignores it
+  bp_reduce_op op = BP_SUM;
+  if (!parse_name("collective", request.collective, bp_collective_from_name,
+                  names_of(BP_COLLECTIVE_COUNT, bp_collective_name), &collective))
+    return kExitUsage;
+  if (request.dtype.empty() && collective != BP_BARRIER) {
+    print_usage_error(std::string("--dtype is required for ") + bp_collective_name(collective));
+    return kExitUsage;
+  }
+  if (!request.dtype.empty() &&
+      !parse_name("element type", request.dtype, bp_dtype_from_name, names_of(BP_DTYPE_COUNT, bp_dtype_name), &dtype))
+    return kExitUsage;
+  if (!request.op.empty() && !parse_name("reduce op", request.op, bp_reduce_op_from_name,
+                                         names_of(BP_REDUCE_OP_COUNT, bp_reduce_op_name), &op))
+    return kExitUsage;
+
+  std::optional<Host> host = open_fleet(options, fleet_file);
+  if (!host) return kExitFailure;
+  Result<GroupView> group = host->find_group(request.group);
+  if (!group) {
+    // A group the fleet does not have is a mistake in the arguments.
+    print_error(group.error());
+    std::string names;
+    for (const GroupView &known : host->groups()) names += (names.empty() ? "" : ", ") + std::string(known.name());
+    std::fprintf(stderr, "groups of %s: %s\n", fleet_label(fleet_file).c_str(), names.empty() ? "none" : names.c_str());
+    return kExitUsage;
+  }
+
+  const std::string operation = operation_text(collective, dtype, op);
+  Status status = group->check(collective, dtype, op);
+  if (!status) {
+    const Error &error = status.error();
+    if (json) {
+      nlohmann::ordered_json out = {{"runs", false}};
+      nlohmann::ordered_json fields = nlohmann::ordered_json::parse(error.json(), nullptr, false);
+      if (fields.is_object()) out.update(fields);
+      std::printf("%s\n", out.dump(2).c_str());
+      return kExitFailure;
+    }
+    std::printf("refused: %s\n", std::string(error.message()).c_str());
+    std::printf("  code: %s\n", std::string(error.code_name()).c_str());
+    const std::vector<std::string> alternatives = alternative_lines(error);
+    if (alternatives.empty())
+      std::printf("  alternatives: none (no other loaded device kind runs it, and no refused plugin declares it)\n");
+    else
+      std::printf("  alternatives:\n");
+    for (const std::string &line : alternatives) std::printf("    %s\n", line.c_str());
+    if (const std::string hint = error.field("hint"); !hint.empty()) std::printf("  hint: %s\n", hint.c_str());
+    return kExitFailure;
+  }
+
+  // It runs, on the plugin of the ranks' base devices.
+  Result<GroupDescription> described = describe_group(*host, *group);
+  if (!described) {
+    print_error(described.error());
+    return kExitFailure;
+  }
+  if (json) {
+    nlohmann::ordered_json out = {{"runs", true}, {"operation", bp_collective_name(collective)}};
+    if (collective != BP_BARRIER) out["dtype"] = bp_dtype_name(dtype);
+    if (is_reducing(collective)) out["reduce_op"] = bp_reduce_op_name(op);
+    out["group"] = std::string(group->name());
+    out["devices"] = described->devices;
+    // As an error names it ("plugin": {name, version}); one kind, so one
+    // plugin, per group until mixed groups are staged through host memory.
+    if (!described->plugins.empty())
+      out["plugin"] = {{"name", described->plugins[0].name}, {"version", described->plugins[0].version}};
+    std::printf("%s\n", out.dump(2).c_str());
+    return kExitOk;
+  }
+  std::printf("would run: %s on group %s (%s) by plugin %s\n", operation.c_str(), std::string(group->name()).c_str(),
+              described->device_text().c_str(), described->plugin_text().c_str());
+  return kExitOk;
+}
+
+}  // namespace backplane::cli
