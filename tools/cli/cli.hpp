@@ -79,5 +79,7 @@ struct ExplainRequest {
 // `fleet_file` empty: the built-in default fleet.
 int run_explain(const GlobalOptions &options, const std::string &fleet_file, const ExplainRequest &request,
                 bool json);
+// cmd_conform.cpp: the conformance suite over one plugin file.
+int run_conform(const GlobalOptions &options, const std::string &plugin_file, bool json, bool quick);
 
 }  // namespace backplane::cli

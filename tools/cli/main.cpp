@@ -7,11 +7,6 @@
 
 namespace cli = backplane::cli;
 
-namespace backplane::cli {
-// cmd_conform.cpp: the conformance suite over one plugin file.
-int run_conform(const GlobalOptions &options, const std::string &plugin_file, bool json, bool quick);
-}  // namespace backplane::cli
-
 int main(int argc, char **argv) {
   CLI::App app{"Backplane: inspect plugins, devices and capabilities; run and check collectives.", "backplane"};
   app.footer(
