@@ -2,10 +2,8 @@
 // (problems as FILE:POINTER: reason), run (nccl-tests rows, checked) and
 // explain (would it run, or the structured refusal), with their exit codes.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -18,35 +16,7 @@
 namespace backplane::testing {
 namespace {
 
-struct Ran {
-  int exit_code = -1;
-  std::string out;  // stdout, and stderr too where the args end in 2>&1
-};
-
-std::string quote(const std::string &text) {
-  std::string quoted = "'";
-  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
-
-// Runs `backplane <args>` (args already shell-quoted where needed).
-Ran run_cli(const std::string &args) {
-  Ran ran;
-  std::string command = quote(BACKPLANE_TEST_CLI) + " " + args;
-  std::FILE *pipe = ::popen(command.c_str(), "r");
-  if (!pipe) {
-    ADD_FAILURE() << "popen failed: " << command;
-    return ran;
-  }
-  char chunk[4096];
-  size_t got;
-  while ((got = std::fread(chunk, 1, sizeof chunk, pipe)) > 0) ran.out.append(chunk, got);
-  int status = ::pclose(pipe);
-  ran.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return ran;
-}
-
-nlohmann::json parse(const Ran &ran) {
+nlohmann::json parse(const CommandResult &ran) {
   nlohmann::json parsed = nlohmann::json::parse(ran.out, nullptr, /*allow_exceptions=*/false);
   EXPECT_FALSE(parsed.is_discarded()) << "not JSON:\n" << ran.out;
   return parsed;
@@ -67,6 +37,16 @@ std::vector<std::string> words_of(const std::string &line) {
 }
 
 const std::string kDefaultFleet = std::string(BACKPLANE_TEST_SOURCE_DIR) + "/configs/default.json";
+
+// `backplane explain [--json] configs/default.json REQUEST...`.
+CommandResult explain(const std::vector<std::string> &request, bool json = false,
+                      StderrTo stderr_to = StderrTo::test_log) {
+  std::vector<std::string> args = {"explain"};
+  if (json) args.push_back("--json");
+  args.push_back(kDefaultFleet);
+  args.insert(args.end(), request.begin(), request.end());
+  return run_cli(args, stderr_to);
+}
 
 // Two problems of meaning, found by the second stage: a kind no plugin
 // provides (a typo), and a name used twice.
@@ -89,7 +69,7 @@ class CliFleetTest : public ::testing::Test {
 // ---- validate ----------------------------------------------------------
 
 TEST_F(CliFleetTest, ValidateAcceptsTheDefaultFleet) {
-  Ran ran = run_cli("validate " + quote(kDefaultFleet));
+  CommandResult ran = run_cli({"validate", kDefaultFleet});
   EXPECT_EQ(ran.exit_code, 0) << ran.out;
   EXPECT_EQ(ran.out, kDefaultFleet + ": ok (4 devices, 1 group, 10 workload entries)\n");
 }
@@ -97,7 +77,7 @@ TEST_F(CliFleetTest, ValidateAcceptsTheDefaultFleet) {
 TEST_F(CliFleetTest, ValidatePrintsEachProblemAsFilePointerReason) {
   TempDir dir;
   const std::string fleet = dir.write_file("bad.json", kBadFleet).string();
-  Ran ran = run_cli("validate " + quote(fleet));
+  CommandResult ran = run_cli({"validate", fleet});
   EXPECT_EQ(ran.exit_code, 1) << ran.out;
   const std::vector<std::string> lines = lines_of(ran.out);
   auto has_line_starting = [&](const std::string &start) {
@@ -117,7 +97,7 @@ TEST_F(CliFleetTest, ValidateSchemaProblemsComeWithTheirHint) {
   const std::string fleet =
       dir.write_file("typo.json", R"({"version": 1, "workload": [{"group": "g", "collective": "al_reduce"}]})")
           .string();
-  Ran ran = run_cli("validate " + quote(fleet));
+  CommandResult ran = run_cli({"validate", fleet});
   EXPECT_EQ(ran.exit_code, 1) << ran.out;
   EXPECT_EQ(ran.out.rfind(fleet + ":/workload/0/collective: ", 0), 0u) << ran.out;
   EXPECT_NE(ran.out.find("\n  hint: "), std::string::npos) << ran.out;
@@ -127,7 +107,7 @@ TEST_F(CliFleetTest, ValidateSchemaProblemsComeWithTheirHint) {
 TEST_F(CliFleetTest, ValidateJsonListsEachProblemAsAnError) {
   TempDir dir;
   const std::string fleet = dir.write_file("bad.json", kBadFleet).string();
-  Ran ran = run_cli("validate --json " + quote(fleet));
+  CommandResult ran = run_cli({"validate", "--json", fleet});
   EXPECT_EQ(ran.exit_code, 1) << ran.out;
   nlohmann::json out = parse(ran);
   EXPECT_EQ(out["file"], fleet);
@@ -147,7 +127,7 @@ TEST_F(CliFleetTest, ValidateJsonListsEachProblemAsAnError) {
   EXPECT_TRUE(pointers.count("/devices/0/kind")) << out.dump(2);
   EXPECT_TRUE(pointers.count("/devices/1/name")) << out.dump(2);
 
-  Ran good = run_cli("validate --json " + quote(kDefaultFleet));
+  CommandResult good = run_cli({"validate", "--json", kDefaultFleet});
   EXPECT_EQ(good.exit_code, 0) << good.out;
   nlohmann::json ok = parse(good);
   EXPECT_EQ(ok["valid"], true);
@@ -159,7 +139,7 @@ TEST_F(CliFleetTest, ValidateJsonListsEachProblemAsAnError) {
 TEST_F(CliFleetTest, ValidateOfAMissingFileIsAProblemToo) {
   TempDir dir;
   const std::string fleet = (dir.path() / "missing.json").string();
-  Ran ran = run_cli("validate " + quote(fleet));
+  CommandResult ran = run_cli({"validate", fleet});
   EXPECT_EQ(ran.exit_code, 1) << ran.out;
   EXPECT_EQ(ran.out.rfind(fleet + ": ", 0), 0u) << ran.out;
 }
@@ -167,7 +147,7 @@ TEST_F(CliFleetTest, ValidateOfAMissingFileIsAProblemToo) {
 // ---- run ---------------------------------------------------------------
 
 TEST_F(CliFleetTest, RunTheDefaultFleetChecksEveryRow) {
-  Ran ran = run_cli("run " + quote(kDefaultFleet));
+  CommandResult ran = run_cli({"run", kDefaultFleet});
   EXPECT_EQ(ran.exit_code, 0) << ran.out;
   // One block per workload entry, each with its header and a clean footer.
   for (const char *header : {"# all_reduce(f32, sum) on group all_cpu: cpu:0, cpu:1, cpu:2, cpu:3 (plugin cpu ",
@@ -220,7 +200,7 @@ TEST_F(CliFleetTest, RunJsonRoundsSizesAsNcclTestsDoes) {
       {"group": "trio", "collective": "reduce", "dtype": "i32", "op": "min", "root": 2, "sizes": "64B",
        "iterations": 2, "check": false}
     ]})").string();
-  Ran ran = run_cli("run --json " + quote(fleet));
+  CommandResult ran = run_cli({"run", "--json", fleet});
   EXPECT_EQ(ran.exit_code, 0) << ran.out;
   nlohmann::json out = parse(ran);
   EXPECT_EQ(out["ok"], true);
@@ -260,7 +240,7 @@ TEST_F(CliFleetTest, RunJsonRoundsSizesAsNcclTestsDoes) {
 TEST_F(CliFleetTest, RunOfAFleetThatDoesNotLoadFailsWithItsProblems) {
   TempDir dir;
   const std::string fleet = dir.write_file("bad.json", kBadFleet).string();
-  Ran ran = run_cli("run " + quote(fleet) + " 2>&1");
+  CommandResult ran = run_cli({"run", fleet}, StderrTo::out);
   EXPECT_EQ(ran.exit_code, 1) << ran.out;
   EXPECT_NE(ran.out.find(fleet + ":/devices/0/kind: "), std::string::npos) << ran.out;
 }
@@ -268,15 +248,16 @@ TEST_F(CliFleetTest, RunOfAFleetThatDoesNotLoadFailsWithItsProblems) {
 // ---- explain -----------------------------------------------------------
 
 TEST_F(CliFleetTest, ExplainSaysWhereARequestWouldRun) {
-  const std::string request = " --group all_cpu --collective all_reduce --dtype f32 --op sum";
-  Ran ran = run_cli("explain " + quote(kDefaultFleet) + request);
+  const std::vector<std::string> request = {"--group", "all_cpu", "--collective", "all_reduce", "--dtype", "f32",
+                                            "--op", "sum"};
+  CommandResult ran = explain(request);
   EXPECT_EQ(ran.exit_code, 0) << ran.out;
   EXPECT_EQ(ran.out.rfind(
                 "would run: all_reduce(f32, sum) on group all_cpu (cpu:0, cpu:1, cpu:2, cpu:3) by plugin cpu ", 0),
             0u)
       << ran.out;
 
-  Ran json = run_cli("explain --json " + quote(kDefaultFleet) + request);
+  CommandResult json = explain(request, /*json=*/true);
   EXPECT_EQ(json.exit_code, 0) << json.out;
   nlohmann::json out = parse(json);
   EXPECT_EQ(out["runs"], true);
@@ -286,15 +267,16 @@ TEST_F(CliFleetTest, ExplainSaysWhereARequestWouldRun) {
 }
 
 TEST_F(CliFleetTest, ExplainGivesTheRefusalWithItsCodeAndHint) {
-  const std::string request = " --group all_cpu --collective all_reduce --dtype i32 --op avg";
-  Ran ran = run_cli("explain " + quote(kDefaultFleet) + request);
+  const std::vector<std::string> request = {"--group", "all_cpu", "--collective", "all_reduce", "--dtype", "i32",
+                                            "--op", "avg"};
+  CommandResult ran = explain(request);
   EXPECT_EQ(ran.exit_code, 1) << ran.out;
   EXPECT_EQ(ran.out.rfind("refused: all_reduce(i32, avg) ", 0), 0u) << ran.out;
   EXPECT_NE(ran.out.find("\n  code: UNSUPPORTED_REDUCE_OP\n"), std::string::npos) << ran.out;
   EXPECT_NE(ran.out.find("\n  alternatives:"), std::string::npos) << ran.out;
   EXPECT_NE(ran.out.find("\n  hint: "), std::string::npos) << ran.out;
 
-  Ran json = run_cli("explain --json " + quote(kDefaultFleet) + request);
+  CommandResult json = explain(request, /*json=*/true);
   EXPECT_EQ(json.exit_code, 1) << json.out;
   nlohmann::json out = parse(json);
   EXPECT_EQ(out["runs"], false);
@@ -305,21 +287,24 @@ TEST_F(CliFleetTest, ExplainGivesTheRefusalWithItsCodeAndHint) {
 }
 
 TEST_F(CliFleetTest, ExplainWithBadNamesIsUsageAndSuggestsTheClosest) {
-  const std::string fleet = quote(kDefaultFleet);
-  Ran collective = run_cli("explain " + fleet + " --group all_cpu --collective al_reduce --dtype f32 2>&1");
+  CommandResult collective =
+      explain({"--group", "all_cpu", "--collective", "al_reduce", "--dtype", "f32"}, false, StderrTo::out);
   EXPECT_EQ(collective.exit_code, 2) << collective.out;
   EXPECT_NE(collective.out.find("did you mean 'all_reduce'?"), std::string::npos) << collective.out;
-  Ran dtype = run_cli("explain " + fleet + " --group all_cpu --collective all_reduce --dtype f31 2>&1");
+  CommandResult dtype =
+      explain({"--group", "all_cpu", "--collective", "all_reduce", "--dtype", "f31"}, false, StderrTo::out);
   EXPECT_EQ(dtype.exit_code, 2) << dtype.out;
   EXPECT_NE(dtype.out.find("did you mean 'f32'?"), std::string::npos) << dtype.out;
-  Ran op = run_cli("explain " + fleet + " --group all_cpu --collective all_reduce --dtype f32 --op summ 2>&1");
+  CommandResult op = explain({"--group", "all_cpu", "--collective", "all_reduce", "--dtype", "f32", "--op", "summ"},
+                             false, StderrTo::out);
   EXPECT_EQ(op.exit_code, 2) << op.out;
   EXPECT_NE(op.out.find("did you mean 'sum'?"), std::string::npos) << op.out;
-  Ran group = run_cli("explain " + fleet + " --group all_cpux --collective all_reduce --dtype f32 2>&1");
+  CommandResult group =
+      explain({"--group", "all_cpux", "--collective", "all_reduce", "--dtype", "f32"}, false, StderrTo::out);
   EXPECT_EQ(group.exit_code, 2) << group.out;
   EXPECT_NE(group.out.find("all_cpu"), std::string::npos) << group.out;
-  EXPECT_EQ(run_cli("explain " + fleet + " --group all_cpu --collective all_reduce").exit_code, 2);  // no --dtype
-  EXPECT_EQ(run_cli("explain " + fleet + " --collective all_reduce --dtype f32").exit_code, 2);      // no --group
+  EXPECT_EQ(explain({"--group", "all_cpu", "--collective", "all_reduce"}).exit_code, 2);  // no --dtype
+  EXPECT_EQ(explain({"--collective", "all_reduce", "--dtype", "f32"}).exit_code, 2);      // no --group
 }
 
 }  // namespace

@@ -2,12 +2,10 @@
 // comparison) directly, then the built tool end to end as a subprocess,
 // checking its output (parsed as JSON where it prints JSON) and exit codes.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -142,35 +140,7 @@ TEST(CliReference, CompareCountsWrongElementsAndNamesTheFirst) {
 
 // ---- the tool, end to end ---------------------------------------------
 
-struct Ran {
-  int exit_code = -1;
-  std::string out;  // stdout only; stderr goes to the test log
-};
-
-std::string quote(const std::string &text) {
-  std::string quoted = "'";
-  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
-
-// Runs `backplane <args>` (args already shell-quoted where needed).
-Ran run_cli(const std::string &args) {
-  Ran ran;
-  std::string command = quote(BACKPLANE_TEST_CLI) + " " + args;
-  std::FILE *pipe = ::popen(command.c_str(), "r");
-  if (!pipe) {
-    ADD_FAILURE() << "popen failed: " << command;
-    return ran;
-  }
-  char chunk[4096];
-  size_t got;
-  while ((got = std::fread(chunk, 1, sizeof chunk, pipe)) > 0) ran.out.append(chunk, got);
-  int status = ::pclose(pipe);
-  ran.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return ran;
-}
-
-nlohmann::json parse(const Ran &ran) {
+nlohmann::json parse(const CommandResult &ran) {
   nlohmann::json parsed = nlohmann::json::parse(ran.out, nullptr, /*allow_exceptions=*/false);
   EXPECT_FALSE(parsed.is_discarded()) << "not JSON:\n" << ran.out;
   return parsed;
@@ -188,7 +158,7 @@ TEST_F(CliTest, PluginsJsonListsLoadedAndRefusedFiles) {
   TempDir dir;
   dir.copy_in(plugin_path("cpu"));
   dir.write_file("libbackplane_bogus.so", "this is not an ELF file, just text long enough to be read\n");
-  Ran ran = run_cli("--only-plugin-dirs --plugin-dir " + quote(dir.path().string()) + " plugins --json");
+  CommandResult ran = run_cli({"--only-plugin-dirs", "--plugin-dir", dir.path().string(), "plugins", "--json"});
   ASSERT_EQ(ran.exit_code, 0) << ran.out;
   nlohmann::json out = parse(ran);
 
@@ -215,7 +185,7 @@ TEST_F(CliTest, PluginsTableNamesTheRefusedFileAndItsCode) {
   TempDir dir;
   dir.copy_in(plugin_path("cpu"));
   dir.write_file("libbackplane_bogus.so", "garbage");
-  Ran ran = run_cli("--only-plugin-dirs --plugin-dir " + quote(dir.path().string()) + " plugins");
+  CommandResult ran = run_cli({"--only-plugin-dirs", "--plugin-dir", dir.path().string(), "plugins"});
   ASSERT_EQ(ran.exit_code, 0) << ran.out;
   EXPECT_NE(ran.out.find("libbackplane_cpu.so"), std::string::npos) << ran.out;
   EXPECT_NE(ran.out.find("libbackplane_bogus.so"), std::string::npos) << ran.out;
@@ -223,7 +193,7 @@ TEST_F(CliTest, PluginsTableNamesTheRefusedFileAndItsCode) {
 }
 
 TEST_F(CliTest, FindsTheBuiltPluginsWithNoFlags) {
-  Ran ran = run_cli("plugins --json");
+  CommandResult ran = run_cli({"plugins", "--json"});
   ASSERT_EQ(ran.exit_code, 0) << ran.out;
   nlohmann::json out = parse(ran);
   bool cpu = false;
@@ -232,7 +202,7 @@ TEST_F(CliTest, FindsTheBuiltPluginsWithNoFlags) {
 }
 
 TEST_F(CliTest, DevicesJsonListsCpuDevices) {
-  Ran ran = run_cli("devices --json");
+  CommandResult ran = run_cli({"devices", "--json"});
   ASSERT_EQ(ran.exit_code, 0) << ran.out;
   nlohmann::json out = parse(ran);
   std::vector<std::string> cpus;
@@ -247,7 +217,7 @@ TEST_F(CliTest, DevicesJsonListsCpuDevices) {
 }
 
 TEST_F(CliTest, PluginOptionsReachThePlugin) {
-  Ran ran = run_cli("--plugin-options " + quote(R"({"cpu":{"devices":6}})") + " devices --json");
+  CommandResult ran = run_cli({"--plugin-options", R"({"cpu":{"devices":6}})", "devices", "--json"});
   ASSERT_EQ(ran.exit_code, 0) << ran.out;
   size_t cpus = 0;
   for (const nlohmann::json &device : parse(ran)) cpus += device["kind"] == "cpu";
@@ -255,7 +225,7 @@ TEST_F(CliTest, PluginOptionsReachThePlugin) {
 }
 
 TEST_F(CliTest, CapsJsonHasAllReduceF32Sum) {
-  Ran ran = run_cli("caps --json");
+  CommandResult ran = run_cli({"caps", "--json"});
   ASSERT_EQ(ran.exit_code, 0) << ran.out;
   bool found = false;
   for (const nlohmann::json &row : parse(ran))
@@ -270,7 +240,7 @@ TEST_F(CliTest, CapsJsonHasAllReduceF32Sum) {
 }
 
 TEST_F(CliTest, CapsTableShowsEveryCollective) {
-  Ran ran = run_cli("caps");
+  CommandResult ran = run_cli({"caps"});
   ASSERT_EQ(ran.exit_code, 0) << ran.out;
   EXPECT_NE(ran.out.find("cpu (plugin cpu)"), std::string::npos) << ran.out;
   for (const char *collective : {"all_reduce", "reduce_scatter", "all_to_all", "barrier"})
@@ -278,7 +248,7 @@ TEST_F(CliTest, CapsTableShowsEveryCollective) {
 }
 
 TEST_F(CliTest, RunSweepChecksEveryCaseOnTheDefaultFleet) {
-  Ran ran = run_cli("run --sweep");
+  CommandResult ran = run_cli({"run", "--sweep"});
   EXPECT_EQ(ran.exit_code, 0) << ran.out;
   EXPECT_NE(ran.out.find("fleet: cpu:0 cpu:1 cpu:2 cpu:3"), std::string::npos) << ran.out;
   EXPECT_EQ(ran.out.find("WRONG"), std::string::npos) << ran.out;
@@ -294,7 +264,7 @@ TEST_F(CliTest, RunSweepChecksEveryCaseOnTheDefaultFleet) {
 // With no fleet file, `run` runs the built-in configs/default.json
 // (tests/cli_fleet_test.cpp runs fleet files).
 TEST_F(CliTest, RunWithNoFileRunsTheBuiltInDefaultFleet) {
-  Ran ran = run_cli("run");
+  CommandResult ran = run_cli({"run"});
   EXPECT_EQ(ran.exit_code, 0) << ran.out;
   EXPECT_NE(ran.out.find("# fleet: built-in default fleet"), std::string::npos) << ran.out;
   EXPECT_NE(ran.out.find("# all_reduce(f32, sum) on group all_cpu: cpu:0, cpu:1, cpu:2, cpu:3"), std::string::npos)
@@ -306,20 +276,20 @@ TEST_F(CliTest, RunWithNoFileRunsTheBuiltInDefaultFleet) {
 TEST_F(CliTest, RunSweepTakesNoFleetFileAndNoJson) {
   TempDir dir;
   auto fleet = dir.write_file("fleet.json", R"({"version": 1})");
-  EXPECT_EQ(run_cli("run --sweep " + quote(fleet.string())).exit_code, 2);
-  EXPECT_EQ(run_cli("run --sweep --json").exit_code, 2);
+  EXPECT_EQ(run_cli({"run", "--sweep", fleet.string()}).exit_code, 2);
+  EXPECT_EQ(run_cli({"run", "--sweep", "--json"}).exit_code, 2);
 }
 
 TEST_F(CliTest, BadUsageExitsTwo) {
-  EXPECT_EQ(run_cli("frobnicate").exit_code, 2);
-  EXPECT_EQ(run_cli("").exit_code, 2);  // a subcommand is required
-  EXPECT_EQ(run_cli("plugins --no-such-flag").exit_code, 2);
-  EXPECT_EQ(run_cli("--plugin-options '{bad' plugins").exit_code, 2);
-  EXPECT_EQ(run_cli("--plugin-options '[1,2]' plugins").exit_code, 2);
+  EXPECT_EQ(run_cli({"frobnicate"}).exit_code, 2);
+  EXPECT_EQ(run_cli({}).exit_code, 2);  // a subcommand is required
+  EXPECT_EQ(run_cli({"plugins", "--no-such-flag"}).exit_code, 2);
+  EXPECT_EQ(run_cli({"--plugin-options", "{bad", "plugins"}).exit_code, 2);
+  EXPECT_EQ(run_cli({"--plugin-options", "[1,2]", "plugins"}).exit_code, 2);
 }
 
 TEST_F(CliTest, HelpExitsZero) {
-  Ran ran = run_cli("--help");
+  CommandResult ran = run_cli({"--help"});
   EXPECT_EQ(ran.exit_code, 0);
   EXPECT_NE(ran.out.find("plugins"), std::string::npos) << ran.out;
 }

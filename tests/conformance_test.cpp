@@ -4,10 +4,8 @@
 #include "conformance.hpp"
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -236,42 +234,15 @@ TEST(Conformance, MissingFileIsAFailedLoad) {
 
 // ---- `backplane conform` ---------------------------------------------
 
-struct Ran {
-  int exit_code = -1;
-  std::string out;  // stdout only; stderr goes to the test log
-};
-
-std::string quote(const std::string &text) {
-  std::string quoted = "'";
-  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
-
-Ran run_cli(const std::string &args) {
-  Ran ran;
-  const std::string command = quote(BACKPLANE_TEST_CLI) + " " + args;
-  std::FILE *pipe = ::popen(command.c_str(), "r");
-  if (!pipe) {
-    ADD_FAILURE() << "popen failed: " << command;
-    return ran;
-  }
-  char chunk[4096];
-  size_t got;
-  while ((got = std::fread(chunk, 1, sizeof chunk, pipe)) > 0) ran.out.append(chunk, got);
-  const int status = ::pclose(pipe);
-  ran.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return ran;
-}
-
 TEST(ConformCommand, NarrowFixturePassesWithSkips) {
-  const Ran ran = run_cli("conform --quick " + quote(fixture_path("narrow").string()));
+  const CommandResult ran = run_cli({"conform", "--quick", fixture_path("narrow").string()});
   EXPECT_EQ(ran.exit_code, 0) << ran.out;
   EXPECT_NE(ran.out.find("UNSUPPORTED_DEVICE: narrow:3 declares less than its kind"), std::string::npos) << ran.out;
   EXPECT_NE(ran.out.find(" 0 failed"), std::string::npos) << ran.out;
 }
 
 TEST(ConformCommand, JsonMatchesTheLibrary) {
-  const Ran ran = run_cli("conform --quick --json " + quote(fixture_path("good").string()));
+  const CommandResult ran = run_cli({"conform", "--quick", "--json", fixture_path("good").string()});
   ASSERT_EQ(ran.exit_code, 0) << ran.out;
   const nlohmann::json json = nlohmann::json::parse(ran.out, nullptr, false);
   ASSERT_FALSE(json.is_discarded()) << ran.out;
@@ -283,9 +254,9 @@ TEST(ConformCommand, JsonMatchesTheLibrary) {
 }
 
 TEST(ConformCommand, RefusedFileExitsOneAndBadUsageTwo) {
-  EXPECT_EQ(run_cli("conform " + quote(fixture_path("garbage").string()) + " 2>/dev/null").exit_code, 1);
-  EXPECT_EQ(run_cli("conform /nonexistent/libbackplane_none.so 2>/dev/null").exit_code, 1);
-  EXPECT_EQ(run_cli("conform 2>/dev/null").exit_code, 2);
+  EXPECT_EQ(run_cli({"conform", fixture_path("garbage").string()}, StderrTo::discard).exit_code, 1);
+  EXPECT_EQ(run_cli({"conform", "/nonexistent/libbackplane_none.so"}, StderrTo::discard).exit_code, 1);
+  EXPECT_EQ(run_cli({"conform"}, StderrTo::discard).exit_code, 2);
 }
 
 }  // namespace

@@ -2,7 +2,6 @@
 // tests/fleets/bad is refused with its exact code, JSON pointer, value and
 // reason; every problem of a file is reported; a failed load changes nothing;
 // good fleets bring up their groups and workload; bp_parse_sizes.
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
@@ -601,18 +600,6 @@ TEST(FleetFile, TextIsReadToItsLengthOnly) {
 }
 
 // ---- kinds no plugin provides ----------------------------------------------
-
-std::string system_loader_reason(const fs::path &file) {
-  void *handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle) {
-    dlclose(handle);
-    return "";
-  }
-  std::string message = dlerror();
-  const std::string prefix = file.string() + ": ";
-  if (message.rfind(prefix, 0) == 0) message.erase(0, prefix.size());
-  return message;
-}
 
 // "known_kinds" as a set; {"(not an array of strings)"} otherwise.
 std::set<std::string> known_kinds(const bp_error *problem) {

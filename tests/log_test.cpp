@@ -1,7 +1,6 @@
 // Logging through a captured sink: at loader:debug the loader says, for every
 // file it looked at, what it did and why; levels and categories filter; a
 // BACKPLANE_LOG setting that does not parse is refused and changes nothing.
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <mutex>
@@ -72,19 +71,6 @@ bool any_line_has(const std::vector<LogLine> &lines, const std::string &part) {
   for (const LogLine &line : lines)
     if (line.message.find(part) != std::string::npos) return true;
   return false;
-}
-
-// What the system loader says about `file`, without the "path: " prefix.
-std::string system_loader_reason(const fs::path &file) {
-  void *handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle) {
-    dlclose(handle);
-    return "";
-  }
-  std::string message = dlerror();
-  const std::string prefix = file.string() + ": ";
-  if (message.rfind(prefix, 0) == 0) message.erase(0, prefix.size());
-  return message;
 }
 
 // A plugin directory with one plugin, one garbage file named like a plugin,

@@ -1,12 +1,21 @@
 // Shared test helpers; see test_support.hpp.
 #include "test_support.hpp"
 
+#include <dlfcn.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <spawn.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <system_error>
+
+extern char **environ;  // what the tool inherits, as it would from a shell
 
 namespace backplane::testing {
 
@@ -59,6 +68,69 @@ Host make_host(const std::vector<std::string> &dirs, const std::string &plugin_o
 
 Host make_builtin_host(const std::string &plugin_options_json) {
   return make_host({BACKPLANE_TEST_PLUGIN_DIR}, plugin_options_json);
+}
+
+std::string system_loader_reason(const std::filesystem::path &file) {
+  void *handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle) {
+    dlclose(handle);
+    return "";
+  }
+  std::string message = dlerror();
+  const std::string prefix = file.string() + ": ";
+  if (message.rfind(prefix, 0) == 0) message.erase(0, prefix.size());
+  return message;
+}
+
+CommandResult run_cli(const std::vector<std::string> &args, StderrTo stderr_to) {
+  CommandResult result;
+  std::vector<std::string> words = {BACKPLANE_TEST_CLI};
+  words.insert(words.end(), args.begin(), args.end());
+  std::vector<char *> argv;
+  for (std::string &word : words) argv.push_back(word.data());
+  argv.push_back(nullptr);
+
+  int out[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) {
+    ADD_FAILURE() << "pipe2: " << std::strerror(errno);
+    return result;
+  }
+  // In order: stdout into the pipe, then stderr where asked.
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  if (stderr_to == StderrTo::out) posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  if (stderr_to == StderrTo::discard)
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  pid_t pid = 0;
+  const int spawned = ::posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(out[1]);  // the child holds its own copy; EOF comes when it exits
+  if (spawned != 0) {
+    ::close(out[0]);
+    ADD_FAILURE() << "cannot run " << argv[0] << ": " << std::strerror(spawned);
+    return result;
+  }
+
+  char chunk[4096];
+  for (;;) {
+    const ssize_t got = ::read(out[0], chunk, sizeof chunk);
+    if (got > 0) {
+      result.out.append(chunk, static_cast<size_t>(got));
+    } else if (got == 0 || errno != EINTR) {
+      if (got < 0) ADD_FAILURE() << "reading the output of " << argv[0] << ": " << std::strerror(errno);
+      break;
+    }
+  }
+  ::close(out[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) {
+      ADD_FAILURE() << "waitpid: " << std::strerror(errno);
+      return result;
+    }
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
 }
 
 }  // namespace backplane::testing

@@ -1,5 +1,6 @@
-// Shared test helpers: temporary plugin directories and hosts that see only
-// the plugins a test puts in front of them.
+// Shared test helpers: temporary plugin directories, hosts that see only
+// the plugins a test puts in front of them, what the system loader says
+// about a file, and the built CLI run as a subprocess.
 #pragma once
 
 #include <filesystem>
@@ -41,5 +42,27 @@ Host make_host(const std::vector<std::string> &dirs, const std::string &plugin_o
 
 // A host over the repository's own built plugins only.
 Host make_builtin_host(const std::string &plugin_options_json = "");
+
+// What the system loader (dlopen) says about `file`, without its "path: "
+// prefix; empty when the file loads.
+std::string system_loader_reason(const std::filesystem::path &file);
+
+// Where a subprocess's stderr goes.
+enum class StderrTo {
+  test_log,  // inherited: it shows in the test's own output
+  out,       // into CommandResult::out, interleaved with stdout (2>&1)
+  discard,   // /dev/null
+};
+
+// How a subprocess ended and what it printed.
+struct CommandResult {
+  int exit_code = -1;  // its exit status, 128 + the signal's number if a signal ended it; -1 if it never ran
+  std::string out;     // stdout (and stderr with StderrTo::out)
+};
+
+// Runs the built `backplane` tool (BACKPLANE_TEST_CLI) with `args`, one
+// argv entry each (no shell: nothing to quote), and waits for it to exit.
+// Fails the test if it cannot be started.
+CommandResult run_cli(const std::vector<std::string> &args, StderrTo stderr_to = StderrTo::test_log);
 
 }  // namespace backplane::testing

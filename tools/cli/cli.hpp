@@ -1,8 +1,11 @@
 // What every subcommand of the `backplane` tool shares: the global options,
-// the exit codes, opening a host from them, and printing host errors.
+// the exit codes, opening a host from them, and printing host errors; and
+// what `run` and `run --sweep` share: timing calls.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,6 +39,15 @@ void print_error(const bp_error *error);
 void note_refused(const Host &host);
 // A usage problem the parser could not see (e.g. bad --plugin-options); stderr.
 void print_usage_error(const std::string &message);
+
+// ---- timing (cli_common.cpp) ----
+// `warmup` calls of `call`, then `iterations` more, each timed in
+// microseconds on the steady clock and preceded, untimed, by `prepare(i)`
+// where one is given. The first failure of either stops it and is returned.
+Result<std::vector<double>> time_calls(uint32_t warmup, uint32_t iterations, const std::function<Status()> &call,
+                                       const std::function<Status(uint32_t)> &prepare = {});
+// The middle value (the mean of the middle two for an even count); 0 for none.
+double median(std::vector<double> values);
 
 // ---- fleets (fleet.cpp) ----
 // The host of a fleet: created from `fleet_file` with the options, or, when

@@ -1,5 +1,7 @@
-// Opening a host from the global options and printing host errors; shared by
-// every subcommand.
+// Opening a host from the global options and printing host errors, shared by
+// every subcommand; timing calls, shared by `run` and `run --sweep`.
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 
 #include "cli.hpp"
@@ -41,6 +43,29 @@ void note_refused(const Host &host) {
 
 void print_usage_error(const std::string &message) {
   std::fprintf(stderr, "error: %s\nRun with --help for more information.\n", message.c_str());
+}
+
+Result<std::vector<double>> time_calls(uint32_t warmup, uint32_t iterations, const std::function<Status()> &call,
+                                       const std::function<Status(uint32_t)> &prepare) {
+  for (uint32_t i = 0; i < warmup; ++i)
+    if (Status status = call(); !status) return status.error();
+  std::vector<double> micros;
+  for (uint32_t i = 0; i < iterations; ++i) {
+    if (Status prepared = prepare ? prepare(i) : Status(); !prepared) return prepared.error();
+    const auto start = std::chrono::steady_clock::now();
+    Status status = call();
+    const auto stop = std::chrono::steady_clock::now();
+    if (!status) return status.error();
+    micros.push_back(std::chrono::duration<double, std::micro>(stop - start).count());
+  }
+  return micros;
+}
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t mid = values.size() / 2;
+  return values.size() % 2 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
 }
 
 }  // namespace backplane::cli

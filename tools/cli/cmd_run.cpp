@@ -3,7 +3,6 @@
 // place, then in place), each result checked against the reference
 // (reference.hpp); `--json` for machines. `run --sweep` is cmd_sweep.cpp.
 #include <algorithm>
-#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -41,12 +40,6 @@ double bus_factor(bp_collective collective, size_t ranks) {
     default:  // reduce, broadcast (barrier moves no bytes)
       return 1;
   }
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t mid = values.size() / 2;
-  return values.size() % 2 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
 }
 
 // One mode (out of place or in place) of one row.
@@ -87,7 +80,9 @@ Status write_image(const Image &image) {
 }
 
 // Runs one workload entry: buffers made once at its largest size, then per
-// size and mode the warmup calls, the timed calls, and the check.
+// size and mode the warmup calls, the timed calls, and the check. Not
+// stage_case(), which makes buffers per case and holds whole images in host
+// memory; fleet sizes can be large, so images here are written in pieces.
 class EntryRunner {
  public:
   EntryRunner(WorkloadInfo entry, std::vector<Device> ranks) : entry_(std::move(entry)), ranks_(std::move(ranks)) {}
@@ -130,12 +125,11 @@ class EntryRunner {
     const CollectiveCase c = make_case(count, in_place);
     const size_t n = ranks_.size(), es = bp_dtype_size(c.dtype);
 
-    std::vector<RankLayout> layouts;
     std::vector<Image> images;
     std::vector<bp_buffer *> send(n, nullptr), recv(n, nullptr);
-    std::vector<Buffer *> result_buffer(n, nullptr);
+    std::vector<const Buffer *> result_buffer(n, nullptr);
     for (size_t r = 0; r < n; ++r) {
-      const RankLayout &l = layouts.emplace_back(rank_layout(c, r));
+      const RankLayout l = rank_layout(c, r);
       if (l.in_place) {
         images.push_back({&first_[r], l.send * es, l.input_offset * es, &contributions[r]});
         send[r] = recv[r] = first_[r].get();
@@ -153,72 +147,44 @@ class EntryRunner {
         result_buffer[r] = &buffer;
       }
     }
-    auto write_all = [&]() -> bool {
+    auto write_all = [&]() -> Status {
       for (const Image &image : images)
-        if (Status written = write_image(image); !written) {
-          result.error = written.error();
-          return false;
-        }
-      return true;
+        if (Status written = write_image(image); !written) return written;
+      return {};
     };
-
-    bp_collective_request request{};
-    request.struct_size = sizeof request;
-    request.collective = c.collective;
-    request.dtype = c.dtype;
-    request.reduce_op = c.op;
-    request.root = c.root;
-    request.count = c.count;
-    request.send = send.data();
-    request.recv = recv.data();
+    const bp_collective_request request = make_request(c, send.data(), recv.data());
 
     // Warmup and timed calls run back to back on whatever the buffers hold
     // (in place, each call's result is the next one's input, as in
     // nccl-tests); the last call, the checked one, starts from the images.
-    if (!write_all()) return result;
-    for (uint32_t i = 0; i < entry_.warmup; ++i)
-      if (Status status = entry_.group.run(request); !status) {
-        result.error = status.error();
-        return result;
-      }
-    std::vector<double> micros;
-    for (uint32_t i = 0; i < entry_.iterations; ++i) {
-      const bool ran_since_written = i > 0 || entry_.warmup > 0;
-      if (entry_.check && i + 1 == entry_.iterations && ran_since_written && !write_all()) return result;
-      const auto start = std::chrono::steady_clock::now();
-      Status status = entry_.group.run(request);
-      const auto stop = std::chrono::steady_clock::now();
-      if (!status) {
-        result.error = status.error();
-        return result;
-      }
-      micros.push_back(std::chrono::duration<double, std::micro>(stop - start).count());
+    if (Status written = write_all(); !written) {
+      result.error = written.error();
+      return result;
     }
-    result.micros = micros.empty() ? 0 : median(micros);
+    Result<std::vector<double>> micros = time_calls(
+        entry_.warmup, entry_.iterations, [&] { return entry_.group.run(request); },
+        [&](uint32_t i) {
+          const bool ran_since_written = i > 0 || entry_.warmup > 0;
+          return entry_.check && i + 1 == entry_.iterations && ran_since_written ? write_all() : Status();
+        });
+    if (!micros) {
+      result.error = micros.error();
+      return result;
+    }
+    result.micros = median(*micros);
     const double bytes = static_cast<double>(c.count * blocks() * es);
     result.algbw = result.micros > 0 ? bytes / (result.micros * 1e3) : 0;  // bytes per ns = GB/s
     result.busbw = result.algbw * bus_factor(c.collective, n);
     if (!entry_.check) return result;
 
-    // Ranks whose expected result is the same skip recomputing it.
-    const bool same_everywhere =
-        c.collective == BP_ALL_REDUCE || c.collective == BP_BROADCAST || c.collective == BP_ALL_GATHER;
-    std::vector<std::byte> expected, got;
-    bool have_expected = false;
+    Result<std::vector<Comparison>> compared = check_results(c, contributions, result_buffer);
+    if (!compared) {
+      result.error = compared.error();
+      return result;
+    }
     size_t wrong = 0;
     for (size_t r = 0; r < n; ++r) {
-      const RankLayout &l = layouts[r];
-      if (l.result == 0) continue;
-      if (!have_expected || !same_everywhere) {
-        expected = reference_result(c, contributions, r);
-        have_expected = true;
-      }
-      got.resize(l.result * es);
-      if (Status read = result_buffer[r]->read(l.result_offset * es, got.data(), got.size()); !read) {
-        result.error = read.error();
-        return result;
-      }
-      const Comparison comparison = compare(c.dtype, got, expected);
+      const Comparison &comparison = (*compared)[r];
       if (comparison.wrong && !wrong)
         std::fprintf(stderr, "wrong: %s %s count %zu on group %s: rank %zu, element %zu: got %s, expected %s\n",
                      describe().c_str(), in_place ? "in place" : "out of place", c.count,
@@ -233,23 +199,12 @@ class EntryRunner {
   ModeResult run_barrier() {
     ModeResult result;
     result.requested = true;
-    for (uint32_t i = 0; i < entry_.warmup; ++i)
-      if (Status status = entry_.group.barrier(); !status) {
-        result.error = status.error();
-        return result;
-      }
-    std::vector<double> micros;
-    for (uint32_t i = 0; i < entry_.iterations; ++i) {
-      const auto start = std::chrono::steady_clock::now();
-      Status status = entry_.group.barrier();
-      const auto stop = std::chrono::steady_clock::now();
-      if (!status) {
-        result.error = status.error();
-        return result;
-      }
-      micros.push_back(std::chrono::duration<double, std::micro>(stop - start).count());
-    }
-    result.micros = micros.empty() ? 0 : median(micros);
+    Result<std::vector<double>> micros =
+        time_calls(entry_.warmup, entry_.iterations, [&] { return entry_.group.barrier(); });
+    if (!micros)
+      result.error = micros.error();
+    else
+      result.micros = median(*micros);
     return result;
   }
 

@@ -61,99 +61,33 @@ class Runner {
 
   Outcome run(const CollectiveCase &c) {
     Outcome outcome;
-    const size_t es = bp_dtype_size(c.dtype), n = ranks_.size();
-    outcome.bytes = c.count * blocks_per_buffer(c.collective, n) * es;
-
-    std::vector<RankLayout> layouts;
-    std::vector<std::vector<std::byte>> contributions;
-    for (size_t r = 0; r < n; ++r) {
-      layouts.push_back(rank_layout(c, r));
-      contributions.push_back(make_contribution(c, r));
+    outcome.bytes = c.count * blocks_per_buffer(c.collective, c.ranks) * bp_dtype_size(c.dtype);
+    Result<StagedCase> staged = stage_case(c, ranks_, kSentinel);
+    if (!staged) {
+      fail(outcome, staged.error());
+      return outcome;
     }
-
-    // Buffers, and the image each holds before every call. Each buffer
-    // holds at least one element: a zero count still passes real buffers.
-    std::vector<Buffer> buffers;
-    std::vector<std::vector<std::byte>> images;
-    std::vector<bp_buffer *> send(n, nullptr), recv(n, nullptr);
-    std::vector<size_t> result_buffer(n, 0);  // index into `buffers` of each rank's result
-    auto make = [&](size_t r, size_t elements) -> bool {
-      Result<Buffer> buffer = Buffer::create(ranks_[r], std::max<size_t>(elements, 1) * es);
-      if (!buffer) {
-        fail(outcome, buffer.error());
-        return false;
-      }
-      buffers.push_back(std::move(*buffer));
-      images.emplace_back(elements * es, kSentinel);
-      return true;
-    };
-    for (size_t r = 0; r < n; ++r) {
-      const RankLayout &l = layouts[r];
-      const std::vector<std::byte> &mine = contributions[r];
-      if (l.has_send) {
-        if (!make(r, l.send)) return outcome;
-        std::copy(mine.begin(), mine.end(), images.back().begin() + static_cast<std::ptrdiff_t>(l.input_offset * es));
-        send[r] = buffers.back().get();
-        if (l.in_place) {
-          recv[r] = send[r];
-          result_buffer[r] = buffers.size() - 1;
-          continue;
-        }
-      }
-      if (l.has_recv) {
-        if (!make(r, l.recv)) return outcome;
-        recv[r] = buffers.back().get();
-        result_buffer[r] = buffers.size() - 1;
-      }
-    }
-
-    bp_collective_request request{};
-    request.struct_size = sizeof request;
-    request.collective = c.collective;
-    request.dtype = c.dtype;
-    request.reduce_op = c.op;
-    request.root = c.root;
-    request.count = c.count;
-    request.send = send.data();
-    request.recv = recv.data();
+    const bp_collective_request request = make_request(*staged);
 
     // Every call starts from the same images (in place overwrites the
     // input), so each timed call does the same work and the last is checked.
-    const int iterations = outcome.bytes <= (size_t{64} << 10) ? 5 : 3;
-    std::vector<double> micros;
-    for (int i = 0; i < iterations; ++i) {
-      for (size_t b = 0; b < buffers.size(); ++b)
-        if (Status written = buffers[b].write(0, images[b].data(), images[b].size()); !written) {
-          fail(outcome, written.error());
-          return outcome;
-        }
-      auto start = std::chrono::steady_clock::now();
-      Status status = group_.run(request);
-      auto stop = std::chrono::steady_clock::now();
-      if (!status) {
-        fail(outcome, status.error());
-        return outcome;
-      }
-      micros.push_back(std::chrono::duration<double, std::micro>(stop - start).count());
+    const uint32_t iterations = outcome.bytes <= (size_t{64} << 10) ? 5 : 3;
+    Result<std::vector<double>> micros = time_calls(
+        0, iterations, [&] { return group_.run(request); }, [&](uint32_t) { return write_images(*staged); });
+    if (!micros) {
+      fail(outcome, micros.error());
+      return outcome;
     }
-    std::nth_element(micros.begin(), micros.begin() + iterations / 2, micros.end());
-    outcome.micros = micros[iterations / 2];
+    outcome.micros = median(*micros);
 
-    // Ranks whose expected result is the same skip recomputing it.
-    const bool same_everywhere =
-        c.collective == BP_ALL_REDUCE || c.collective == BP_BROADCAST || c.collective == BP_ALL_GATHER;
-    std::vector<std::byte> expected, got;
+    Result<std::vector<Comparison>> compared = check_results(*staged);
+    if (!compared) {
+      fail(outcome, compared.error());
+      return outcome;
+    }
     size_t wrong = 0;
-    for (size_t r = 0; r < n; ++r) {
-      const RankLayout &l = layouts[r];
-      if (l.result == 0) continue;
-      if (expected.empty() || !same_everywhere) expected = reference_result(c, contributions, r);
-      got.resize(l.result * es);
-      if (Status read = buffers[result_buffer[r]].read(l.result_offset * es, got.data(), got.size()); !read) {
-        fail(outcome, read.error());
-        return outcome;
-      }
-      Comparison comparison = compare(c.dtype, got, expected);
+    for (size_t r = 0; r < compared->size(); ++r) {
+      const Comparison &comparison = (*compared)[r];
       if (comparison.wrong && !wrong)
         std::fprintf(stderr, "wrong: %s %s%s%s %s count %zu: rank %zu, element %zu: got %s, expected %s\n",
                      bp_collective_name(c.collective), bp_dtype_name(c.dtype), is_reducing(c.collective) ? " " : "",
@@ -168,19 +102,12 @@ class Runner {
 
   Outcome run_barrier() {
     Outcome outcome;
-    std::vector<double> micros;
-    for (int i = 0; i < 5; ++i) {
-      auto start = std::chrono::steady_clock::now();
-      Status status = group_.barrier();
-      auto stop = std::chrono::steady_clock::now();
-      if (!status) {
-        fail(outcome, status.error());
-        return outcome;
-      }
-      micros.push_back(std::chrono::duration<double, std::micro>(stop - start).count());
+    Result<std::vector<double>> micros = time_calls(0, 5, [&] { return group_.barrier(); });
+    if (!micros) {
+      fail(outcome, micros.error());
+      return outcome;
     }
-    std::nth_element(micros.begin(), micros.begin() + 2, micros.end());
-    outcome.micros = micros[2];
+    outcome.micros = median(*micros);
     outcome.ok = true;
     outcome.result = "ok";
     return outcome;

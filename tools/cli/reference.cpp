@@ -480,17 +480,21 @@ Result<StagedCase> stage_case(const CollectiveCase &c, std::span<const Device> r
   return staged;
 }
 
-bp_collective_request make_request(const StagedCase &staged) {
+bp_collective_request make_request(const CollectiveCase &c, bp_buffer *const *send, bp_buffer *const *recv) {
   bp_collective_request request{};
   request.struct_size = sizeof request;
-  request.collective = staged.c.collective;
-  request.dtype = staged.c.dtype;
-  request.reduce_op = staged.c.op;
-  request.root = staged.c.root;
-  request.count = staged.c.count;
-  request.send = staged.send.data();
-  request.recv = staged.recv.data();
+  request.collective = c.collective;
+  request.dtype = c.dtype;
+  request.reduce_op = c.op;
+  request.root = c.root;
+  request.count = c.count;
+  request.send = send;
+  request.recv = recv;
   return request;
+}
+
+bp_collective_request make_request(const StagedCase &staged) {
+  return make_request(staged.c, staged.send.data(), staged.recv.data());
 }
 
 Status write_images(StagedCase &staged) {
@@ -499,8 +503,9 @@ Status write_images(StagedCase &staged) {
   return {};
 }
 
-Result<std::vector<Comparison>> check_results(const StagedCase &staged) {
-  const CollectiveCase &c = staged.c;
+Result<std::vector<Comparison>> check_results(const CollectiveCase &c,
+                                              const std::vector<std::vector<std::byte>> &contributions,
+                                              std::span<const Buffer *const> result_buffers) {
   const size_t es = bp_dtype_size(c.dtype);
   // Ranks whose expected result is the same skip recomputing it.
   const bool same_everywhere =
@@ -509,18 +514,25 @@ Result<std::vector<Comparison>> check_results(const StagedCase &staged) {
   std::vector<std::byte> expected, got;
   bool have_expected = false;
   for (size_t r = 0; r < c.ranks; ++r) {
-    const RankLayout &l = staged.layouts[r];
+    const RankLayout l = rank_layout(c, r);
     if (l.result == 0) continue;
     if (!have_expected || !same_everywhere) {
-      expected = reference_result(c, staged.contributions, r);
+      expected = reference_result(c, contributions, r);
       have_expected = true;
     }
     got.resize(l.result * es);
-    const StagedBuffer &b = staged.buffers[staged.result_buffer[r]];
-    if (Status read = b.buffer.read(l.result_offset * es, got.data(), got.size()); !read) return read.error();
+    if (Status read = result_buffers[r]->read(l.result_offset * es, got.data(), got.size()); !read)
+      return read.error();
     comparisons[r] = compare(c.dtype, got, expected);
   }
   return comparisons;
+}
+
+Result<std::vector<Comparison>> check_results(const StagedCase &staged) {
+  std::vector<const Buffer *> result_buffers(staged.c.ranks, nullptr);
+  for (size_t r = 0; r < staged.c.ranks; ++r)
+    if (staged.layouts[r].result) result_buffers[r] = &staged.buffers[staged.result_buffer[r]].buffer;
+  return check_results(staged.c, staged.contributions, result_buffers);
 }
 
 Result<Change> find_change(const StagedCase &staged, bool results_may_change) {

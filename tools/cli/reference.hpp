@@ -119,12 +119,20 @@ Result<StagedCase> stage_case(const CollectiveCase &c, std::span<const Device> r
                               uint64_t seed = 0);
 // The call, pointing into the staged case's send and recv (valid while it lives).
 bp_collective_request make_request(const StagedCase &staged);
+// The call of case `c` over per-rank `send` and `recv` arrays (borrowed).
+bp_collective_request make_request(const CollectiveCase &c, bp_buffer *const *send, bp_buffer *const *recv);
 // Writes every buffer's image, as it must be before each call.
 Status write_images(StagedCase &staged);
 
 // Reads each rank's result and compares it with reference_result(): one
 // Comparison per rank (wrong == 0 for a rank with no result).
 Result<std::vector<Comparison>> check_results(const StagedCase &staged);
+// The same for buffers staged elsewhere: rank r's result is read from
+// result_buffers[r] (NULL where the rank has no result) at its layout's
+// result_offset; `contributions` as reference_result() takes them.
+Result<std::vector<Comparison>> check_results(const CollectiveCase &c,
+                                              const std::vector<std::vector<std::byte>> &contributions,
+                                              std::span<const Buffer *const> result_buffers);
 
 // The first element of a buffer that no longer holds its image. With
 // `results_may_change`, the result regions (what check_results() reads) are
