@@ -45,12 +45,14 @@ Error about(Error error, const bp_group &group, uint32_t collective, uint32_t dt
   return error;
 }
 
-Status invalid(const bp_group &group, uint32_t collective, uint32_t dtype, uint32_t op, const std::string &reason) {
+[[gnu::cold, gnu::noinline]] Status invalid(const bp_group &group, uint32_t collective, uint32_t dtype, uint32_t op,
+                                            const std::string &reason) {
   return about(Error(BP_INVALID_ARGUMENT, operation_text(collective, dtype, op) + ": " + reason), group, collective,
                dtype, op);
 }
 
-Status mixed_kinds(const bp_group &group, uint32_t collective, uint32_t dtype, uint32_t op) {
+[[gnu::cold, gnu::noinline]] Status mixed_kinds(const bp_group &group, uint32_t collective, uint32_t dtype,
+                                                uint32_t op) {
   std::vector<std::string> kinds;
   for (const bp_device *device : group.ranks) {
     if (std::find(kinds.begin(), kinds.end(), device->kind->name) == kinds.end()) kinds.push_back(device->kind->name);
@@ -92,8 +94,8 @@ nlohmann::json find_alternatives(const bp_group &group, uint32_t collective, uin
   return alternatives;
 }
 
-Status unsupported(const bp_group &group, uint32_t collective, uint32_t dtype, uint32_t op, uint32_t mode_flags,
-                   Support why, HostLock host_lock) {
+[[gnu::cold, gnu::noinline]] Status unsupported(const bp_group &group, uint32_t collective, uint32_t dtype,
+                                                uint32_t op, uint32_t mode_flags, Support why, HostLock host_lock) {
   const DeviceKind &kind = *group.kind;
   const LoadedPlugin &plugin = *kind.plugin;
   const CapabilitySet &declared = kind.capabilities;
@@ -147,9 +149,15 @@ Status unsupported(const bp_group &group, uint32_t collective, uint32_t dtype, u
   return std::move(error).hint(hint);
 }
 
-// Step 1 for one rank's buffer.
-Status check_buffer(const bp_group &group, const bp_collective_request &request, const char *side, size_t rank,
-                    const bp_buffer *buffer, size_t needed_bytes) {
+// Step 1 for one rank's buffer: present, on the rank's device, big enough.
+// The test is all the success path runs; buffer_error says which part failed.
+bool buffer_fits(const bp_group &group, size_t rank, const bp_buffer *buffer, size_t needed_bytes) {
+  return buffer && buffer->device == group.ranks[rank] && buffer->bytes >= needed_bytes;
+}
+
+[[gnu::cold, gnu::noinline]] Status buffer_error(const bp_group &group, const bp_collective_request &request,
+                                                 const char *side, size_t rank, const bp_buffer *buffer,
+                                                 size_t needed_bytes) {
   if (!buffer) {
     return invalid(group, request.collective, request.dtype, request.reduce_op,
                    std::string(side) + "[" + std::to_string(rank) + "] is NULL");
@@ -159,13 +167,10 @@ Status check_buffer(const bp_group &group, const bp_collective_request &request,
                    std::string(side) + "[" + std::to_string(rank) + "] lives on '" + buffer->device->name +
                        "', not on rank " + std::to_string(rank) + "'s device '" + group.ranks[rank]->name + "'");
   }
-  if (buffer->bytes < needed_bytes) {
-    return invalid(group, request.collective, request.dtype, request.reduce_op,
-                   std::string(side) + "[" + std::to_string(rank) + "] on '" + buffer->device->name + "' holds " +
-                       std::to_string(buffer->bytes) + " bytes but needs " + std::to_string(needed_bytes) + " for " +
-                       std::to_string(request.count) + " " + dtype_name(request.dtype) + " elements");
-  }
-  return {};
+  return invalid(group, request.collective, request.dtype, request.reduce_op,
+                 std::string(side) + "[" + std::to_string(rank) + "] on '" + buffer->device->name + "' holds " +
+                     std::to_string(buffer->bytes) + " bytes but needs " + std::to_string(needed_bytes) + " for " +
+                     std::to_string(request.count) + " " + dtype_name(request.dtype) + " elements");
 }
 
 // Whether a rank's send/recv buffer takes part, and how many bytes it needs.
@@ -189,47 +194,68 @@ RankUse rank_use(uint32_t collective, bool is_root, size_t block, size_t all_blo
 }
 
 // The enum values a caller passed, before anything indexes a table by them.
-Status check_enums(const bp_group &group, uint32_t collective, uint32_t dtype, uint32_t op) {
+bool enums_valid(uint32_t collective, uint32_t dtype, uint32_t op) {
+  return collective < BP_COLLECTIVE_COUNT && (collective == BP_BARRIER || dtype < BP_DTYPE_COUNT) &&
+         (!collective_reduces(collective) || op < BP_REDUCE_OP_COUNT);
+}
+
+[[gnu::cold, gnu::noinline]] Status enum_error(const bp_group &group, uint32_t collective, uint32_t dtype,
+                                               uint32_t op) {
   if (collective >= BP_COLLECTIVE_COUNT)
     return invalid(group, 0, 0, 0, "unknown collective " + std::to_string(collective));
   if (collective != BP_BARRIER && dtype >= BP_DTYPE_COUNT)
     return invalid(group, collective, 0, 0, "unknown element type " + std::to_string(dtype));
-  if (collective_reduces(collective) && op >= BP_REDUCE_OP_COUNT)
-    return invalid(group, collective, dtype, 0, "unknown reduce op " + std::to_string(op));
-  return {};
+  return invalid(group, collective, dtype, 0, "unknown reduce op " + std::to_string(op));
+}
+
+Status check_enums(const bp_group &group, uint32_t collective, uint32_t dtype, uint32_t op) {
+  if (enums_valid(collective, dtype, op)) [[likely]]
+    return {};
+  return enum_error(group, collective, dtype, op);
+}
+
+// The other failures of step 1, built only when they happen.
+[[gnu::cold, gnu::noinline]] Status root_error(const bp_group &group, const bp_collective_request &request) {
+  return invalid(group, request.collective, request.dtype, request.reduce_op,
+                 "root " + std::to_string(request.root) + " is outside the group of " +
+                     std::to_string(group.ranks.size()));
+}
+
+[[gnu::cold, gnu::noinline]] Status null_arrays_error(const bp_group &group, const bp_collective_request &request) {
+  return invalid(group, request.collective, request.dtype, request.reduce_op,
+                 std::string(request.send ? "recv" : "send") + " is NULL; pass one buffer per rank");
+}
+
+[[gnu::cold, gnu::noinline]] Status overflow_error(const bp_group &group, const bp_collective_request &request) {
+  return invalid(group, request.collective, request.dtype, request.reduce_op,
+                 "count " + std::to_string(request.count) + " overflows the size of a buffer");
 }
 
 // Step 1: everything about the arguments; fills the plugin handles and the
-// in-place/out-of-place flags the call needs.
+// in-place/out-of-place flags the call needs. The success path only tests;
+// every message is built in the cold functions above, on failure.
 Status check_arguments(bp_group &group, const bp_collective_request &request, uint32_t *mode_flags) {
-  const uint32_t collective = request.collective, dtype = request.dtype, op = request.reduce_op;
-  if (Status status = check_enums(group, collective, dtype, op); !status) return status;
+  const uint32_t collective = request.collective, dtype = request.dtype;
+  if (!enums_valid(collective, dtype, request.reduce_op)) [[unlikely]]
+    return enum_error(group, collective, dtype, request.reduce_op);
   const size_t ranks = group.ranks.size();
-  if (collective_has_root(collective) && request.root >= ranks) {
-    return invalid(group, collective, dtype, op,
-                   "root " + std::to_string(request.root) + " is outside the group of " + std::to_string(ranks));
-  }
+  if (collective_has_root(collective) && request.root >= ranks) [[unlikely]]
+    return root_error(group, request);
   *mode_flags = 0;
   if (collective == BP_BARRIER) return {};
-  if (!request.send || !request.recv) {
-    return invalid(group, collective, dtype, op,
-                   std::string(request.send ? "recv" : "send") + " is NULL; pass one buffer per rank");
-  }
+  if (!request.send || !request.recv) [[unlikely]]
+    return null_arrays_error(group, request);
   size_t block = 0, all_blocks = 0;
   if (__builtin_mul_overflow(request.count, dtype_size(dtype), &block) ||
-      __builtin_mul_overflow(block, ranks, &all_blocks)) {
-    return invalid(group, collective, dtype, op,
-                   "count " + std::to_string(request.count) + " overflows the size of a buffer");
-  }
+      __builtin_mul_overflow(block, ranks, &all_blocks)) [[unlikely]]
+    return overflow_error(group, request);
   for (size_t rank = 0; rank < ranks; ++rank) {
     const RankUse use = rank_use(collective, rank == request.root, block, all_blocks);
     bp_buffer *send = request.send[rank], *recv = request.recv[rank];
-    if (use.send) {
-      if (Status status = check_buffer(group, request, "send", rank, send, use.send_bytes); !status) return status;
-    }
-    if (use.recv) {
-      if (Status status = check_buffer(group, request, "recv", rank, recv, use.recv_bytes); !status) return status;
-    }
+    if (use.send && !buffer_fits(group, rank, send, use.send_bytes)) [[unlikely]]
+      return buffer_error(group, request, "send", rank, send, use.send_bytes);
+    if (use.recv && !buffer_fits(group, rank, recv, use.recv_bytes)) [[unlikely]]
+      return buffer_error(group, request, "recv", rank, recv, use.recv_bytes);
     group.send_handles[rank] = use.send ? send->handle : nullptr;
     group.recv_handles[rank] = use.recv ? recv->handle : nullptr;
     if (use.send && use.recv) *mode_flags |= send == recv ? BP_CAPABILITY_IN_PLACE : BP_CAPABILITY_OUT_OF_PLACE;
@@ -251,23 +277,35 @@ class GroupClaim {
   bool claimed_;
 };
 
+[[gnu::cold, gnu::noinline]] Status request_error(const bp_group *group) {
+  if (!group) return Error(BP_INVALID_ARGUMENT, "group is NULL");
+  return Error(BP_INVALID_ARGUMENT, "collective request is NULL or its struct_size is below its 1.0 size");
+}
+
+[[gnu::cold, gnu::noinline]] Status busy_error(const bp_group &group, const bp_collective_request &request) {
+  return invalid(group, request.collective, request.dtype, request.reduce_op,
+                 "the group is already starting a collective on another thread");
+}
+
+// The hot path of every collective (DESIGN.md's performance targets: tens of
+// nanoseconds over the plugin's own function, no allocation): on success it
+// only tests and copies; errors are built in cold functions.
 Status start(bp_group *group, const bp_collective_request *given, bp_plugin_request **started,
              const char **operation) {
-  if (!group) return Error(BP_INVALID_ARGUMENT, "group is NULL");
-  if (!given || given->struct_size < BP_COLLECTIVE_REQUEST_SIZE_V1_0)
-    return Error(BP_INVALID_ARGUMENT, "collective request is NULL or its struct_size is below its 1.0 size");
+  if (!group || !given || given->struct_size < BP_COLLECTIVE_REQUEST_SIZE_V1_0) [[unlikely]]
+    return request_error(group);
   const bp_collective_request &request = *given;
   GroupClaim claim(*group);
-  if (!claim.claimed()) {
-    return invalid(*group, request.collective, request.dtype, request.reduce_op,
-                   "the group is already starting a collective on another thread");
-  }
+  if (!claim.claimed()) [[unlikely]]
+    return busy_error(*group, request);
   uint32_t mode_flags = 0;
-  if (Status status = check_arguments(*group, request, &mode_flags); !status) return status;
+  if (Status status = check_arguments(*group, request, &mode_flags); !status) [[unlikely]]
+    return status;
   // Step 2 (layers) comes with the layer plugins; today every device is its own base.
-  if (!group->kind) return mixed_kinds(*group, request.collective, request.dtype, request.reduce_op);
+  if (!group->kind) [[unlikely]]
+    return mixed_kinds(*group, request.collective, request.dtype, request.reduce_op);
   Support support = group->capabilities.lookup(request.collective, request.dtype, request.reduce_op, mode_flags);
-  if (support != Support::yes)
+  if (support != Support::yes) [[unlikely]]
     return unsupported(*group, request.collective, request.dtype, request.reduce_op, mode_flags, support,
                        HostLock::take);
 
