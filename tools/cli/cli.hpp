@@ -1,6 +1,6 @@
 // What every subcommand of the `backplane` tool shares: the global options,
 // the exit codes, opening a host from them, and printing host errors; and
-// what `run` and `run --sweep` share: timing calls.
+// what `run`, `run --sweep` and `bench` share: timing calls.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +34,9 @@ std::optional<Host> open_host(const GlobalOptions &options);
 // `error: <message>` and, when the error carries one, `hint: <hint>`, on stderr.
 void print_error(const Error &error);
 void print_error(const bp_error *error);
+// A refusal (bp_group_check's answer) in full: `refused: <message>`, its
+// code, the alternatives it lists, and its hint.
+void print_refusal(std::FILE *out, const Error &error);
 // For listings: when plugin files were refused, one line on stderr saying
 // how many and where to see why, so an empty or short listing explains itself.
 void note_refused(const Host &host);
@@ -91,6 +94,24 @@ struct ExplainRequest {
 // `fleet_file` empty: the built-in default fleet.
 int run_explain(const GlobalOptions &options, const std::string &fleet_file, const ExplainRequest &request,
                 bool json);
+// What `backplane bench` is asked, as typed (cmd_bench.cpp checks it).
+// Flags and defaults are nccl-tests' (all_reduce_perf and its siblings).
+struct BenchOptions {
+  std::string collective;                            // "all_reduce", ..., or "all"
+  std::string min_bytes = "32M", max_bytes = "32M";  // -b, -e
+  std::string step_bytes = "1M";                     // -i: added when -f is 1
+  uint64_t step_factor = 1;                          // -f: multiplied when above 1
+  uint32_t devices = 4;                              // -g: cpu:0..N-1
+  bool devices_given = false;                        // -g on the command line
+  std::string fleet_file, group;                     // --fleet, --group: instead of -g
+  std::string dtype = "float", op = "sum";           // -d, -o
+  uint32_t root = 0;                                 // -r
+  uint32_t iterations = 20, warmup = 5;              // -n, -w
+  uint32_t check = 1;                                // -c: 0 = no check
+  bool json = false;
+};
+int run_bench(const GlobalOptions &options, const BenchOptions &bench);
+
 // cmd_conform.cpp: the conformance suite over one plugin file.
 int run_conform(const GlobalOptions &options, const std::string &plugin_file, bool json, bool quick);
 

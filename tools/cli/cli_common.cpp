@@ -1,8 +1,10 @@
-// Opening a host from the global options and printing host errors, shared by
-// every subcommand; timing calls, shared by `run` and `run --sweep`.
+// Opening a host from the global options and printing host errors and
+// refusals, shared by every subcommand; timing calls, shared by `run`,
+// `run --sweep` and `bench`.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "cli.hpp"
 
@@ -33,6 +35,40 @@ void print_error(const bp_error *error) {
 }
 
 void print_error(const Error &error) { print_error(error.get()); }
+
+namespace {
+
+// One line per alternative a refusal lists: a loaded kind that runs the
+// request, or a refused plugin file that declares it.
+std::vector<std::string> alternative_lines(const Error &error) {
+  std::vector<std::string> lines;
+  nlohmann::json alternatives = nlohmann::json::parse(error.field("alternatives"), nullptr, false);
+  if (!alternatives.is_array()) return lines;
+  for (const nlohmann::json &alternative : alternatives) {
+    const std::string kind = alternative.value("device_kind", "?");
+    if (alternative.contains("plugin"))
+      lines.push_back(kind + " devices (plugin " + alternative.value("plugin", "?") + ")");
+    else
+      lines.push_back(kind + " devices: declared by '" + alternative.value("file", "?") +
+                      "', which failed to load: " + alternative.value("reason", "?"));
+  }
+  return lines;
+}
+
+}  // namespace
+
+void print_refusal(std::FILE *out, const Error &error) {
+  std::fprintf(out, "refused: %s\n", std::string(error.message()).c_str());
+  std::fprintf(out, "  code: %s\n", std::string(error.code_name()).c_str());
+  const std::vector<std::string> alternatives = alternative_lines(error);
+  if (alternatives.empty())
+    std::fprintf(out,
+                 "  alternatives: none (no other loaded device kind runs it, and no refused plugin declares it)\n");
+  else
+    std::fprintf(out, "  alternatives:\n");
+  for (const std::string &line : alternatives) std::fprintf(out, "    %s\n", line.c_str());
+  if (const std::string hint = error.field("hint"); !hint.empty()) std::fprintf(out, "  hint: %s\n", hint.c_str());
+}
 
 void note_refused(const Host &host) {
   const size_t refused = host.refused().size();

@@ -39,23 +39,6 @@ std::string operation_text(bp_collective collective, bp_dtype dtype, bp_reduce_o
   return text + ")";
 }
 
-// One line per alternative the refusal lists: a loaded kind that runs the
-// request, or a refused plugin file that declares it.
-std::vector<std::string> alternative_lines(const Error &error) {
-  std::vector<std::string> lines;
-  nlohmann::json alternatives = nlohmann::json::parse(error.field("alternatives"), nullptr, false);
-  if (!alternatives.is_array()) return lines;
-  for (const nlohmann::json &alternative : alternatives) {
-    const std::string kind = alternative.value("device_kind", "?");
-    if (alternative.contains("plugin"))
-      lines.push_back(kind + " devices (plugin " + alternative.value("plugin", "?") + ")");
-    else
-      lines.push_back(kind + " devices: declared by '" + alternative.value("file", "?") +
-                      "', which failed to load: " + alternative.value("reason", "?"));
-  }
-  return lines;
-}
-
 }  // namespace
 
 int run_explain(const GlobalOptions &options, const std::string &fleet_file, const ExplainRequest &request,
@@ -101,15 +84,7 @@ int run_explain(const GlobalOptions &options, const std::string &fleet_file, con
       std::printf("%s\n", out.dump(2).c_str());
       return kExitFailure;
     }
-    std::printf("refused: %s\n", std::string(error.message()).c_str());
-    std::printf("  code: %s\n", std::string(error.code_name()).c_str());
-    const std::vector<std::string> alternatives = alternative_lines(error);
-    if (alternatives.empty())
-      std::printf("  alternatives: none (no other loaded device kind runs it, and no refused plugin declares it)\n");
-    else
-      std::printf("  alternatives:\n");
-    for (const std::string &line : alternatives) std::printf("    %s\n", line.c_str());
-    if (const std::string hint = error.field("hint"); !hint.empty()) std::printf("  hint: %s\n", hint.c_str());
+    print_refusal(stdout, error);
     return kExitFailure;
   }
 

@@ -56,6 +56,61 @@ int main(int argc, char **argv) {
   explain->add_option("--dtype", explain_request.dtype, "Element type, e.g. f32 (none for barrier)");
   explain->add_option("--op", explain_request.op, "Reduce op, e.g. sum (default sum)");
   explain->add_flag("--json", json, "Print JSON");
+  CLI::App *bench = app.add_subcommand(
+      "bench", "Time a collective over a range of sizes in nccl-tests' conventions (all_reduce_perf's flags)");
+  cli::BenchOptions bench_options;
+  bench->add_option("COLLECTIVE", bench_options.collective,
+                    "all_reduce, reduce, broadcast, all_gather, reduce_scatter, gather, scatter, all_to_all, "
+                    "barrier, or all (every one but barrier the group runs)")
+      ->required();
+  bench->add_option("-b,--minbytes", bench_options.min_bytes, "Smallest size, e.g. 8, 64K, 32M, 1G (powers of 1024)")
+      ->type_name("SIZE")
+      ->capture_default_str();
+  bench->add_option("-e,--maxbytes", bench_options.max_bytes, "Largest size")->type_name("SIZE")->capture_default_str();
+  bench->add_option("-f,--stepfactor", bench_options.step_factor,
+                    "Multiply the size by F each step (1: add -i instead)")
+      ->type_name("F")
+      ->capture_default_str();
+  bench->add_option("-i,--stepbytes", bench_options.step_bytes, "Add this each step when -f is 1")
+      ->type_name("SIZE")
+      ->capture_default_str();
+  CLI::Option *bench_devices = bench
+                                    ->add_option("-g,--ngpus", bench_options.devices,
+                                                 "Devices: a group of cpu:0..N-1 (cpu configured with max(N, 8))")
+                                    ->type_name("N")
+                                    ->capture_default_str();
+  bench->add_option("--fleet", bench_options.fleet_file, "Instead of -g: a fleet file (configs/schema.json)")
+      ->type_name("FILE");
+  bench->add_option("--group", bench_options.group, "The fleet's group (needed when it has more than one)")
+      ->type_name("G");
+  bench->add_option("-d,--datatype", bench_options.dtype,
+                    "Element type: ours (f32, bf16, i32, ...) or nccl-tests' "
+                    "(float, half, bfloat16, double, int32, ...)")
+      ->type_name("TYPE")
+      ->capture_default_str();
+  bench->add_option("-o,--op", bench_options.op, "Reduce op: sum, prod, min, max, avg")
+      ->type_name("OP")
+      ->capture_default_str();
+  bench->add_option("-r,--root", bench_options.root, "Root rank of reduce, broadcast, gather, scatter")
+      ->capture_default_str();
+  bench->add_option("-n,--iters", bench_options.iterations, "Timed calls per size and mode")->capture_default_str();
+  bench->add_option("-w,--warmup_iters", bench_options.warmup, "Untimed calls before them")->capture_default_str();
+  bench->add_option("-c,--check", bench_options.check, "Check the last call against the reference (0: do not)")
+      ->capture_default_str();
+  bench->add_flag("--json", bench_options.json, "Print JSON (a list of results for `all`)");
+  bench->footer(
+      "Defaults are nccl-tests' (-b 32M -e 32M: one size; -n 20 -w 5 -c 1 -d float -o sum -r 0), and -g 4;\n"
+      "sweep with e.g. -b 8 -e 64M -f 2. -c N checks the last call for any N above 0.\n"
+      "Columns: size count type redop root, then out-of-place and in-place time algbw busbw #wrong. size is\n"
+      "a rank's largest buffer, counts rounded down as nccl-tests does; time is the MEDIAN of -n calls\n"
+      "(nccl-tests prints a mean); algbw = size / time; busbw = algbw x 2(n-1)/n for all_reduce, (n-1)/n for\n"
+      "reduce_scatter, all_gather, all_to_all, gather, scatter, 1 for reduce and broadcast.\n"
+      "On cpu groups each mode adds traffic, the bytes read + written per second as the cpu plugin moves them\n"
+      "(n ranks, B = count x type size: all_reduce n.B + n.B, reduce n.B + B, reduce_scatter n^2.B + n.B,\n"
+      "broadcast B + n.B, all_gather n.B + n^2.B, gather/scatter n.B + n.B, all_to_all n^2.B + n^2.B; in\n"
+      "place a rank's own block is not copied), and %peak, that against a memcpy probe of this run.\n"
+      "Exit codes: 0 ok, 1 a wrong element, a failed call or a refusal, 2 bad usage.");
+
   CLI::App *conform = app.add_subcommand(
       "conform", "Conformance suite: check every capability a plugin file declares, and that it refuses the rest");
   std::string conform_file;
@@ -79,11 +134,12 @@ int main(int argc, char **argv) {
   if (!any_subcommand || !extras.empty()) {
     if (!any_subcommand && !extras.empty() && extras.front().rfind('-', 0) != 0)
       cli::print_usage_error("unknown subcommand '" + extras.front() +
-                             "' (known: plugins, devices, caps, validate, run, explain, conform)");
+                             "' (known: plugins, devices, caps, validate, run, explain, bench, conform)");
     else if (!extras.empty())
       cli::print_usage_error("unexpected argument '" + extras.front() + "'");
     else
-      cli::print_usage_error("a subcommand is required: plugins, devices, caps, validate, run, explain or conform");
+      cli::print_usage_error(
+          "a subcommand is required: plugins, devices, caps, validate, run, explain, bench or conform");
     return cli::kExitUsage;
   }
 
@@ -107,6 +163,10 @@ int main(int argc, char **argv) {
   if (validate->parsed()) return cli::run_validate(options, fleet_file, json);
   if (run->parsed()) return cli::run_run(options, fleet_file, json, sweep);
   if (explain->parsed()) return cli::run_explain(options, fleet_file, explain_request, json);
+  if (bench->parsed()) {
+    bench_options.devices_given = bench_devices->count() > 0;
+    return cli::run_bench(options, bench_options);
+  }
   if (conform->parsed()) return cli::run_conform(options, conform_file, json, conform_quick);
   return cli::kExitUsage;  // unreachable: one subcommand was parsed
 }

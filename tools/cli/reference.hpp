@@ -1,5 +1,5 @@
-// The reference every checking subcommand shares (`run`, `conform`; `bench`
-// and `validate` later): each collective's buffer layout (NCCL counts,
+// The reference every checking subcommand shares (`run`, `conform`, `bench`;
+// `validate` later): each collective's buffer layout (NCCL counts,
 // types.h), a generator of input values chosen so that every result is
 // exact in every element type, a plain sequential implementation of each
 // collective over host memory, an element-wise comparison, and a case
