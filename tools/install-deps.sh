@@ -14,6 +14,9 @@ packages=(
   libhwy-dev
   # tests and micro-benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
+  # comparisons and plots (tools/bench/compare, a project of its own: the
+  # main build never needs these): Open MPI, Gloo, and matplotlib for --plot
+  libopenmpi-dev openmpi-bin libgloo-dev python3-matplotlib
 )
 
 missing=()
