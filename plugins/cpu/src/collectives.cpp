@@ -1,17 +1,28 @@
 // Communicators and the nine collectives of the cpu plugin. Every rank lives
-// in this process, so one call on the calling thread drives all of them and
-// completes before returning; nothing here allocates or starts a thread.
+// in this process, so one call drives all of them and completes before
+// returning: on the calling thread alone for small calls, split into chunks
+// across the state's thread pool above parallel_threshold_bytes. Nothing
+// here allocates, locks or makes a system call on the way (the pool's
+// hand-off included, while its workers are awake).
 //
-// Cost of each algorithm, with n ranks and B = count * element size bytes
-// per block (reads + writes of buffer memory):
-//   all_reduce      n*B read, n*B written (one pass, chunked accumulator)
+// Every collective is one pass of the one kernel (reduce_kernels.hpp):
+// reductions read each input once and write each output once; data
+// movement is the same kernel with one input (a u8 "sum" of one rank),
+// which reads a block once and writes it to every destination from
+// registers. Cost, with n ranks and B = count * element size bytes per
+// block (bytes read + written):
+//   all_reduce      n*B read, n*B written
 //   reduce          n*B read, B written
 //   reduce_scatter  n*n*B read, n*B written (n reductions of one block)
-//   broadcast       B read n times (cache-hot after the first), n*B written
-//   all_gather      n*n*B copied; gather, scatter: n*B copied
-//   all_to_all      n*n*B copied; in place: n*(n-1)/2 block swaps
+//   broadcast       B read, n*B written
+//   all_gather      n*B read, n*n*B written
+//   gather, scatter n*B read, n*B written
+//   all_to_all      n*n*B read, n*n*B written; in place: block pairs
+//                   swapped through an L1-sized bounce buffer
+#include <algorithm>
 #include <cstring>
 #include <memory>
+#include <system_error>
 
 #include "plugin_state.hpp"
 #include "reduce_kernels.hpp"
@@ -40,6 +51,16 @@ bool has_root(std::uint32_t collective) {
   return collective == BP_REDUCE || collective == BP_BROADCAST || collective == BP_GATHER ||
          collective == BP_SCATTER;
 }
+
+// Bytes of memory traffic (read + written) one chunk of a parallel job
+// aims at: 20-60 us of one thread's work. Measured here (2 threads, all_reduce
+// of 2 x 8 MiB): chunks of 256 KiB ran 25% slower than 2-4 MiB ones (each
+// chunk ends with an sfence and restarts the streams), while a chunk is still
+// short enough that a thread stalled by another process holds up little.
+constexpr std::size_t kChunkTrafficBytes = std::size_t{2} << 20;
+// Chunks start at multiples of this many units, which keeps each thread's
+// slice of a 64-byte aligned buffer 64-byte aligned (streaming stores).
+constexpr std::size_t kChunkUnitMultiple = 64;
 
 // One collective call, its arguments checked and its sizes computed.
 struct Call {
@@ -75,13 +96,49 @@ struct Call {
   std::int32_t need_send(std::size_t r, std::size_t bytes) const { return need(args.send, "send", r, bytes); }
   std::int32_t need_recv(std::size_t r, std::size_t bytes) const { return need(args.recv, "recv", r, bytes); }
 
-  std::int32_t reduce(const ReduceIo &io) const {
-    if (!reduce_elements(args.dtype, args.reduce_op, io, 0, args.count)) {
-      return fail(state.services, sink, BP_INTERNAL, "cpu %s: no kernel for %s with reduce op %u",
-                  collective_name(args.collective), dtype_name(args.dtype),
-                  static_cast<unsigned>(args.reduce_op));
+  // Streaming stores once the call's data outgrows the caches. `footprint`
+  // is the distinct bytes the call touches. Only for outputs nothing in the
+  // call reads: an output that is also an input (in place) was just loaded
+  // into the cache, so an ordinary store costs no extra read there, and a
+  // streaming one would only evict it.
+  bool streaming(std::size_t footprint, bool outputs_are_inputs = false) const {
+    return !outputs_are_inputs && footprint > comm.streaming_threshold_bytes;
+  }
+  bool any_in_place() const {
+    for (std::size_t r = 0; r < n; ++r) {
+      if (args.send[r] != nullptr && args.send[r] == args.recv[r]) return true;
     }
-    return BP_OK;
+    return false;
+  }
+
+  // Runs `tasks` tasks of `units` units: inline below the parallel
+  // threshold (or without a pool), else chunked across the pool.
+  // `unit_traffic` is the bytes read + written per unit of one task.
+  void run(ParallelJob job, std::size_t unit_traffic) const {
+    const std::size_t traffic = job.tasks * job.units * unit_traffic;
+    if (comm.pool == nullptr || traffic < comm.parallel_threshold_bytes) {
+      run_inline(job);
+      return;
+    }
+    // Chunks of about kChunkTrafficBytes, but at least a few per thread so
+    // that a thread slowed down (by another process) leaves its share to
+    // the others.
+    std::size_t chunk = std::max<std::size_t>(kChunkTrafficBytes / unit_traffic, 1);
+    const std::size_t wanted_chunks = 4 * comm.threads;
+    const std::size_t all_units = job.tasks * job.units;
+    if (all_units / chunk < wanted_chunks) chunk = std::max<std::size_t>(all_units / wanted_chunks, 1);
+    chunk = (chunk + kChunkUnitMultiple - 1) / kChunkUnitMultiple * kChunkUnitMultiple;
+    job.chunk = chunk;
+    comm.pool->run(job);
+  }
+
+  ReduceKernel reduction_kernel() const {
+    const ReduceKernel kernel = reduce_kernel(args.dtype, args.reduce_op);
+    if (kernel == nullptr) {
+      fail(state.services, sink, BP_INTERNAL, "cpu %s: no kernel for %s with reduce op %u",
+           collective_name(args.collective), dtype_name(args.dtype), static_cast<unsigned>(args.reduce_op));
+    }
+    return kernel;
   }
 };
 
@@ -91,16 +148,38 @@ struct Call {
     if (bp_cpu_status_ != BP_OK) return bp_cpu_status_; \
   } while (0)
 
+// One kernel call over a whole element range, split by the pool.
+struct RangeJob {
+  ReduceKernel kernel;
+  ReduceIo io;
+  static void run(const void *context, std::size_t, std::size_t begin, std::size_t end) noexcept {
+    const auto &job = *static_cast<const RangeJob *>(context);
+    job.kernel(job.io, begin, end);
+  }
+};
+
+std::int32_t run_reduction(const Call &c, const ReduceIo &io) {
+  const ReduceKernel kernel = c.reduction_kernel();
+  if (kernel == nullptr) return BP_INTERNAL;
+  const RangeJob job{kernel, io};
+  const std::size_t element = c.block / c.args.count;
+  c.run(ParallelJob{&RangeJob::run, &job, 1, c.args.count, 0}, (io.input_count + io.output_count) * element);
+  return BP_OK;
+}
+
 std::int32_t all_reduce(const Call &c) {
   for (std::size_t r = 0; r < c.n; ++r) {
     BP_CPU_CHECK(c.need_send(r, c.block));
     BP_CPU_CHECK(c.need_recv(r, c.block));
   }
+  std::size_t footprint = 0;
   for (std::size_t r = 0; r < c.n; ++r) {
     c.comm.inputs[r] = c.send(r)->data;
     c.comm.outputs[r] = c.recv(r)->data;
+    footprint += c.in_place(r) ? c.block : 2 * c.block;
   }
-  return c.reduce(ReduceIo{c.comm.inputs.data(), c.n, c.comm.outputs.data(), c.n});
+  return run_reduction(c, ReduceIo{c.comm.inputs.data(), c.n, 0, c.comm.outputs.data(), c.n, 0, kNoOutputSkipped,
+                                   c.streaming(footprint, c.any_in_place())});
 }
 
 std::int32_t reduce(const Call &c) {
@@ -109,52 +188,119 @@ std::int32_t reduce(const Call &c) {
   BP_CPU_CHECK(c.need_recv(root, c.block));
   for (std::size_t r = 0; r < c.n; ++r) c.comm.inputs[r] = c.send(r)->data;
   c.comm.outputs[0] = c.recv(root)->data;
-  return c.reduce(ReduceIo{c.comm.inputs.data(), c.n, c.comm.outputs.data(), 1});
+  return run_reduction(c, ReduceIo{c.comm.inputs.data(), c.n, 0, c.comm.outputs.data(), 1, 0, kNoOutputSkipped,
+                                   c.streaming((c.n + 1) * c.block, c.in_place(root))});
 }
 
-// Block b of every send is reduced into rank b's result. In place that is
-// block b of send[b]: no other block's reduction reads it, and its own
-// reduction reads each chunk before writing it.
+// Task b reduces block b of every send into rank b's result. In place that
+// is block b of send[b]: no other block's reduction reads it, and its own
+// reads each element before writing it.
+struct ReduceScatterJob {
+  ReduceKernel kernel;
+  const std::byte *const *sends;
+  std::byte *const *results;
+  std::size_t n;
+  std::size_t block;
+  bool streaming;
+  static void run(const void *context, std::size_t b, std::size_t begin, std::size_t end) noexcept {
+    const auto &job = *static_cast<const ReduceScatterJob *>(context);
+    const ReduceIo io{job.sends, job.n, b * job.block, job.results + b, 1, 0, kNoOutputSkipped, job.streaming};
+    job.kernel(io, begin, end);
+  }
+};
+
 std::int32_t reduce_scatter(const Call &c) {
   for (std::size_t r = 0; r < c.n; ++r) {
     BP_CPU_CHECK(c.need_send(r, c.total));
     if (!c.in_place(r)) BP_CPU_CHECK(c.need_recv(r, c.block));
   }
-  for (std::size_t b = 0; b < c.n; ++b) {
-    for (std::size_t r = 0; r < c.n; ++r) c.comm.inputs[r] = c.send(r)->data + b * c.block;
-    c.comm.outputs[0] = c.in_place(b) ? c.send(b)->data + b * c.block : c.recv(b)->data;
-    BP_CPU_CHECK(c.reduce(ReduceIo{c.comm.inputs.data(), c.n, c.comm.outputs.data(), 1}));
+  const ReduceKernel kernel = c.reduction_kernel();
+  if (kernel == nullptr) return BP_INTERNAL;
+  for (std::size_t r = 0; r < c.n; ++r) {
+    c.comm.inputs[r] = c.send(r)->data;
+    c.comm.outputs[r] = c.in_place(r) ? c.send(r)->data + r * c.block : c.recv(r)->data;
   }
+  const ReduceScatterJob job{kernel, c.comm.inputs.data(), c.comm.outputs.data(), c.n, c.block,
+                             c.streaming(c.n * c.total + c.n * c.block, c.any_in_place())};
+  const std::size_t element = c.block / c.args.count;
+  c.run(ParallelJob{&ReduceScatterJob::run, &job, c.n, c.args.count, 0}, (c.n + 1) * element);
   return BP_OK;
 }
+
+// Data movement: the copy kernel with one source, a byte range at a time.
+struct CopyJob {
+  ReduceKernel kernel;
+  bool streaming;
+  void copy(std::byte *destination, const std::byte *source, std::size_t begin, std::size_t end) const {
+    const ReduceIo io{&source, 1, 0, &destination, 1, 0, kNoOutputSkipped, streaming};
+    kernel(io, begin, end);
+  }
+};
 
 std::int32_t broadcast(const Call &c) {
   const std::size_t root = c.args.root;
   BP_CPU_CHECK(c.need_send(root, c.block));
   for (std::size_t r = 0; r < c.n; ++r) BP_CPU_CHECK(c.need_recv(r, c.block));
-  const std::byte *source = c.send(root)->data;
-  for (std::size_t r = 0; r < c.n; ++r) {
-    if (r == root && c.in_place(root)) continue;
-    std::memcpy(c.recv(r)->data, source, c.block);
-  }
+  c.comm.inputs[0] = c.send(root)->data;
+  for (std::size_t r = 0; r < c.n; ++r) c.comm.outputs[r] = c.recv(r)->data;
+  // The root's block is read once and written to every recv from registers.
+  const RangeJob job{copy_kernel(), ReduceIo{c.comm.inputs.data(), 1, 0, c.comm.outputs.data(), c.n, 0,
+                                             c.in_place(root) ? root : kNoOutputSkipped,
+                                             c.streaming((c.n + 1) * c.block)}};
+  c.run(ParallelJob{&RangeJob::run, &job, 1, c.block, 0}, c.n + 1);
   return BP_OK;
 }
 
-// Rank j's contribution: its send buffer, or in place block j of its recv.
+// Task j writes rank j's contribution (its send buffer, or in place block j
+// of its recv) to block j of every recv, reading it once.
+struct AllGatherJob {
+  ReduceKernel kernel;
+  const bp_plugin_comm *comm;
+  const Call *call;
+  bool streaming;
+  static void run(const void *context, std::size_t j, std::size_t begin, std::size_t end) noexcept {
+    const auto &job = *static_cast<const AllGatherJob *>(context);
+    const std::size_t block = job.call->block;
+    const bool in_place = job.call->in_place(j);
+    const ReduceIo io{job.comm->inputs.data() + j, 1, 0, job.comm->outputs.data(), job.call->n, j * block,
+                      in_place ? j : kNoOutputSkipped, job.streaming};
+    job.kernel(io, begin, end);
+  }
+};
+
 std::int32_t all_gather(const Call &c) {
   for (std::size_t r = 0; r < c.n; ++r) {
     if (!c.in_place(r)) BP_CPU_CHECK(c.need_send(r, c.block));
     BP_CPU_CHECK(c.need_recv(r, c.total));
   }
   for (std::size_t j = 0; j < c.n; ++j) {
-    const std::byte *source = c.in_place(j) ? c.recv(j)->data + j * c.block : c.send(j)->data;
-    for (std::size_t r = 0; r < c.n; ++r) {
-      if (r == j && c.in_place(j)) continue;
-      std::memcpy(c.recv(r)->data + j * c.block, source, c.block);
-    }
+    c.comm.inputs[j] = c.in_place(j) ? c.recv(j)->data + j * c.block : c.send(j)->data;
+    c.comm.outputs[j] = c.recv(j)->data;
   }
+  const AllGatherJob job{copy_kernel(), &c.comm, &c, c.streaming(c.n * c.block + c.n * c.total)};
+  c.run(ParallelJob{&AllGatherJob::run, &job, c.n, c.block, 0}, c.n + 1);
   return BP_OK;
 }
+
+// Task j copies rank j's send to block j of the root's recv (gather), or
+// block r of the root's send to rank r's recv (scatter); the root's own
+// block stays where it is in place.
+struct GatherJob {
+  CopyJob copier;
+  const Call *call;
+  bool gather;
+  static void run(const void *context, std::size_t j, std::size_t begin, std::size_t end) noexcept {
+    const auto &job = *static_cast<const GatherJob *>(context);
+    const Call &c = *job.call;
+    const std::size_t root = c.args.root;
+    if (j == root && c.in_place(root)) return;
+    if (job.gather) {
+      job.copier.copy(c.recv(root)->data + j * c.block, c.send(j)->data, begin, end);
+    } else {
+      job.copier.copy(c.recv(j)->data, c.send(root)->data + j * c.block, begin, end);
+    }
+  }
+};
 
 std::int32_t gather(const Call &c) {
   const std::size_t root = c.args.root;
@@ -162,10 +308,8 @@ std::int32_t gather(const Call &c) {
     if (!(r == root && c.in_place(root))) BP_CPU_CHECK(c.need_send(r, c.block));
   }
   BP_CPU_CHECK(c.need_recv(root, c.total));
-  for (std::size_t j = 0; j < c.n; ++j) {
-    if (j == root && c.in_place(root)) continue;  // already at block root
-    std::memcpy(c.recv(root)->data + j * c.block, c.send(j)->data, c.block);
-  }
+  const GatherJob job{CopyJob{copy_kernel(), c.streaming(2 * c.total)}, &c, true};
+  c.run(ParallelJob{&GatherJob::run, &job, c.n, c.block, 0}, 2);
   return BP_OK;
 }
 
@@ -175,56 +319,67 @@ std::int32_t scatter(const Call &c) {
   for (std::size_t r = 0; r < c.n; ++r) {
     if (!(r == root && c.in_place(root))) BP_CPU_CHECK(c.need_recv(r, c.block));
   }
-  const std::byte *source = c.send(root)->data;
-  for (std::size_t r = 0; r < c.n; ++r) {
-    if (r == root && c.in_place(root)) continue;  // stays at block root
-    std::memcpy(c.recv(r)->data, source + r * c.block, c.block);
-  }
+  const GatherJob job{CopyJob{copy_kernel(), c.streaming(2 * c.total)}, &c, false};
+  c.run(ParallelJob{&GatherJob::run, &job, c.n, c.block, 0}, 2);
   return BP_OK;
 }
 
-// Exchanges two equal, disjoint ranges through a stack bounce buffer.
-void swap_blocks(std::byte *a, std::byte *b, std::size_t bytes) {
+// Exchanges two equal, disjoint ranges through a bounce buffer in L1.
+void swap_ranges(const CopyJob &copier, std::byte *a, std::byte *b, std::size_t begin, std::size_t end) {
   alignas(64) std::byte bounce[4096];
-  for (std::size_t done = 0; done < bytes; done += sizeof bounce) {
-    const std::size_t step = bytes - done < sizeof bounce ? bytes - done : sizeof bounce;
+  for (std::size_t done = begin; done < end; done += sizeof bounce) {
+    const std::size_t step = std::min(end - done, sizeof bounce);
     std::memcpy(bounce, a + done, step);
-    std::memcpy(a + done, b + done, step);
-    std::memcpy(b + done, bounce, step);
+    copier.copy(a + done, b + done, 0, step);
+    copier.copy(b + done, bounce, 0, step);
   }
 }
 
 // Block j of rank i goes to block i of rank j: a block transposition. Each
-// unordered pair {i, j} owns exactly two source blocks and two destination
-// blocks that no other pair touches, so pairs are handled one at a time,
-// in whatever mix of in-place and out-of-place ranks the call has.
+// unordered pair {i, j} (i <= j) owns exactly two source blocks and two
+// destination blocks that no other pair touches, so pairs are tasks, in
+// whatever mix of in-place and out-of-place ranks the call has; within a
+// pair, a range of one block is read before the same range of the other is
+// overwritten.
+struct AllToAllJob {
+  CopyJob copier;
+  const Call *call;
+  static void run(const void *context, std::size_t task, std::size_t begin, std::size_t end) noexcept {
+    const auto &job = *static_cast<const AllToAllJob *>(context);
+    const Call &c = *job.call;
+    // Task t is the pair (i, j), i <= j, numbered row by row.
+    std::size_t i = 0;
+    while (task >= c.n - i) task -= c.n - i++;
+    const std::size_t j = i + task;
+    const std::size_t block = c.block;
+    if (i == j) {
+      if (!c.in_place(i)) job.copier.copy(c.recv(i)->data + i * block, c.send(i)->data + i * block, begin, end);
+      return;
+    }
+    std::byte *to_j = c.send(i)->data + j * block;  // ends at block i of recv[j]
+    std::byte *to_i = c.send(j)->data + i * block;  // ends at block j of recv[i]
+    std::byte *at_j = c.recv(j)->data + i * block;
+    std::byte *at_i = c.recv(i)->data + j * block;
+    if (c.in_place(i) && c.in_place(j)) {
+      swap_ranges(job.copier, to_j, to_i, begin, end);
+    } else if (c.in_place(i)) {  // at_i is to_j: move to_j out before overwriting it
+      job.copier.copy(at_j, to_j, begin, end);
+      job.copier.copy(at_i, to_i, begin, end);
+    } else {  // at_j may be to_i (j in place): move to_i out first
+      job.copier.copy(at_i, to_i, begin, end);
+      job.copier.copy(at_j, to_j, begin, end);
+    }
+  }
+};
+
 std::int32_t all_to_all(const Call &c) {
   for (std::size_t r = 0; r < c.n; ++r) {
     BP_CPU_CHECK(c.need_send(r, c.total));
     if (!c.in_place(r)) BP_CPU_CHECK(c.need_recv(r, c.total));
   }
-  const std::size_t block = c.block;
-  for (std::size_t i = 0; i < c.n; ++i) {
-    if (!c.in_place(i)) std::memcpy(c.recv(i)->data + i * block, c.send(i)->data + i * block, block);
-    for (std::size_t j = i + 1; j < c.n; ++j) {
-      std::byte *to_j = c.send(i)->data + j * block;  // ends at block i of recv[j]
-      std::byte *to_i = c.send(j)->data + i * block;  // ends at block j of recv[i]
-      std::byte *at_j = c.recv(j)->data + i * block;
-      std::byte *at_i = c.recv(i)->data + j * block;
-      if (c.in_place(i) && c.in_place(j)) {
-        swap_blocks(to_j, to_i, block);
-      } else if (c.in_place(i)) {  // at_i is to_j: move to_j out before overwriting it
-        std::memcpy(at_j, to_j, block);
-        std::memcpy(at_i, to_i, block);
-      } else if (c.in_place(j)) {  // at_j is to_i
-        std::memcpy(at_i, to_i, block);
-        std::memcpy(at_j, to_j, block);
-      } else {
-        std::memcpy(at_j, to_j, block);
-        std::memcpy(at_i, to_i, block);
-      }
-    }
-  }
+  const AllToAllJob job{CopyJob{copy_kernel(), c.streaming(2 * c.n * c.total, c.any_in_place())}, &c};
+  // Pairs move 4 bytes per unit (2 blocks read, 2 written); the diagonal 2.
+  c.run(ParallelJob{&AllToAllJob::run, &job, c.n * (c.n + 1) / 2, c.block, 0}, 4);
   return BP_OK;
 }
 
@@ -251,6 +406,23 @@ std::int32_t comm_create(bp_plugin_state &state, std::uint32_t kind, const std::
                   static_cast<unsigned>(devices[r]), static_cast<unsigned>(state.device_count));
     }
   }
+  // The pool starts with the first group (never inside a collective), and
+  // lives until destroy or a configure that changes the thread count.
+  if (state.pool == nullptr && state.threads > 1) {
+    try {
+      state.pool = std::make_unique<ThreadPool>(state.threads - 1);
+      log(state.services, BP_LOG_DEBUG, "thread pool of %u workers started; kernels run on %s",
+          static_cast<unsigned>(state.threads - 1), kernel_target_name());
+    } catch (const std::system_error &e) {
+      // Still correct on one thread, only slower.
+      log(state.services, BP_LOG_WARN, "cannot start a thread pool of %u workers (%s); collectives run on the "
+          "calling thread", static_cast<unsigned>(state.threads - 1), e.what());
+    }
+  }
+  comm->pool = state.pool.get();
+  comm->threads = comm->pool != nullptr ? comm->pool->workers() + 1 : 1;
+  comm->parallel_threshold_bytes = state.parallel_threshold_bytes;
+  comm->streaming_threshold_bytes = state.streaming_threshold_bytes;
   ++state.live_objects;
   *out = comm.release();
   return BP_OK;

@@ -1,5 +1,6 @@
 // configure(): the cpu kind's options, a small JSON object such as
-// {"devices": 16}, parsed by hand (plugins link no JSON library).
+// {"devices": 16, "threads": 2, "parallel_threshold_bytes": 262144}, parsed
+// by hand (plugins link no JSON library).
 //
 // The grammar accepted is strict JSON for an object whose values are
 // integers; every known key takes an integer, so a value of any other JSON
@@ -15,9 +16,16 @@
 namespace backplane::cpu {
 namespace {
 
+// Keys left out take their defaults; 0 (threads) and nullopt (thresholds)
+// stand for "the default of this machine", filled in by configure.
 struct Options {
   std::uint32_t devices = kDefaultDeviceCount;
+  std::uint32_t threads = 0;
+  std::optional<std::size_t> parallel_threshold_bytes;
+  std::optional<std::size_t> streaming_threshold_bytes;
 };
+
+constexpr const char *kKnownKeys = "devices, threads, parallel_threshold_bytes, streaming_threshold_bytes";
 
 // Cursor over the options text; every error names what was expected and the
 // byte offset where it was not found.
@@ -29,6 +37,9 @@ class OptionsParser {
   std::optional<Options> parse() {
     Options options;
     bool seen_devices = false;
+    bool seen_threads = false;
+    bool seen_parallel = false;
+    bool seen_streaming = false;
     skip_space();
     if (!consume('{')) return error_at("expected a JSON object starting with '{'");
     skip_space();
@@ -46,8 +57,23 @@ class OptionsParser {
         std::uint64_t value = 0;
         if (!parse_count("devices", 1, kMaxDeviceCount, value)) return std::nullopt;
         options.devices = static_cast<std::uint32_t>(value);
+      } else if (key == "threads") {
+        if (seen_threads) return error_at("key \"threads\" appears twice");
+        seen_threads = true;
+        std::uint64_t value = 0;
+        if (!parse_count("threads", 1, kMaxThreads, value)) return std::nullopt;
+        options.threads = static_cast<std::uint32_t>(value);
+      } else if (key == "parallel_threshold_bytes" || key == "streaming_threshold_bytes") {
+        const bool parallel = key == "parallel_threshold_bytes";
+        bool &seen = parallel ? seen_parallel : seen_streaming;
+        if (seen) return error_at("key \"" + key + "\" appears twice");
+        seen = true;
+        std::uint64_t value = 0;
+        if (!parse_count(key.c_str(), 0, kMaxThresholdBytes, value)) return std::nullopt;
+        (parallel ? options.parallel_threshold_bytes : options.streaming_threshold_bytes) =
+            static_cast<std::size_t>(value);
       } else {
-        return fail_with("unknown key \"" + shown(key) + "\" (known keys: devices)");
+        return fail_with("unknown key \"" + shown(key) + "\" (known keys: " + kKnownKeys + ")");
       }
       skip_space();
       if (consume('}')) return finish(options);
@@ -248,6 +274,7 @@ std::int32_t configure(bp_plugin_state &state, std::uint32_t kind, const char *o
   }
 
   std::lock_guard<std::mutex> lock(state.mutex);
+  const std::uint32_t threads = options->threads != 0 ? options->threads : state.available_cpus;
   if (state.live_objects != 0 && options->devices != state.device_count) {
     return fail(state.services, sink, BP_CONFIG,
                 "cpu options: cannot change the device count from %u to %u while %zu buffers or "
@@ -255,8 +282,24 @@ std::int32_t configure(bp_plugin_state &state, std::uint32_t kind, const char *o
                 static_cast<unsigned>(state.device_count), static_cast<unsigned>(options->devices),
                 state.live_objects);
   }
+  // Groups hold on to the pool, so it is only replaced while none exists.
+  if (state.live_objects != 0 && threads != state.threads) {
+    return fail(state.services, sink, BP_CONFIG,
+                "cpu options: cannot change threads from %u to %u while %zu buffers or groups of cpu "
+                "devices exist; configure before creating any",
+                static_cast<unsigned>(state.threads), static_cast<unsigned>(threads), state.live_objects);
+  }
+  if (threads != state.threads) state.pool.reset();  // the next group starts one of the new size
   state.device_count = options->devices;
-  log(state.services, BP_LOG_DEBUG, "configured %u logical cpu devices", static_cast<unsigned>(options->devices));
+  state.threads = threads;
+  // Thresholds apply to groups created from now on.
+  state.parallel_threshold_bytes = options->parallel_threshold_bytes.value_or(kDefaultParallelThresholdBytes);
+  state.streaming_threshold_bytes = options->streaming_threshold_bytes.value_or(
+      default_streaming_threshold(state.last_level_cache_bytes));
+  log(state.services, BP_LOG_DEBUG,
+      "configured %u logical cpu devices, %u threads, parallel above %zu bytes, streaming above %zu bytes",
+      static_cast<unsigned>(options->devices), static_cast<unsigned>(threads), state.parallel_threshold_bytes,
+      state.streaming_threshold_bytes);
   return BP_OK;
 }
 

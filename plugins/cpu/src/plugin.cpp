@@ -6,6 +6,7 @@
 
 #include "backplane/plugin.h"
 #include "plugin_state.hpp"
+#include "reduce_kernels.hpp"
 
 namespace {
 
@@ -249,8 +250,10 @@ std::int32_t entry(bp_plugin_entry_args *args, const bp_host_services *services,
                 "cpu plugin: host services missing, smaller than ABI 1.0's, or without report_error");
   }
   auto state = make_state(services);
-  log(services, BP_LOG_DEBUG, "cpu plugin %s: %u logical devices on %s", kPluginVersion,
-      static_cast<unsigned>(state->device_count), state->cpu_model.c_str());
+  // Picks the kernels' instruction set now, so no collective pays for it.
+  log(services, BP_LOG_DEBUG, "cpu plugin %s: %u logical devices on %s; %u threads; kernels for %s", kPluginVersion,
+      static_cast<unsigned>(state->device_count), state->cpu_model.c_str(), static_cast<unsigned>(state->threads),
+      kernel_target_name());
   args->descriptor = &kDescriptor;
   args->state = state.release();
   return BP_OK;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backplane/plugin.h"
+#include "thread_pool.hpp"
 
 // One per bp_plugin_entry call, so two hosts in one process never share one.
 struct bp_plugin_state {
@@ -21,6 +22,19 @@ struct bp_plugin_state {
   // this guards the fields below it. Collectives never take it.
   std::mutex mutex;
   std::uint32_t device_count = 8;
+  // Threads one collective may use, the caller's included; the pool has one
+  // worker fewer. Set by configure ("threads"), default: the CPUs this
+  // process may run on.
+  std::uint32_t threads = 1;
+  // Calls moving fewer bytes (read + written) than this run on the calling
+  // thread alone ("parallel_threshold_bytes").
+  std::size_t parallel_threshold_bytes = 0;
+  // Calls touching more distinct bytes than this write with streaming
+  // stores ("streaming_threshold_bytes").
+  std::size_t streaming_threshold_bytes = 0;
+  // Created with the first comm, when threads > 1; replaced only while no
+  // comm exists (configure), so a comm's pointer to it stays valid.
+  std::unique_ptr<backplane::cpu::ThreadPool> pool;
   // Buffers and comms alive: configure is refused while any exists, since
   // they name devices of the current count.
   std::size_t live_objects = 0;
@@ -36,6 +50,8 @@ struct bp_plugin_state {
   // Facts about the host machine, read once at entry.
   std::string cpu_model;
   long hardware_threads = 0;
+  std::uint32_t available_cpus = 1;  // sched_getaffinity: CPUs this process may use
+  std::size_t last_level_cache_bytes = 0;
   std::uint64_t memory_bytes = 0;
 };
 
@@ -54,12 +70,32 @@ struct bp_plugin_comm {
   std::vector<std::uint32_t> devices;       // rank r's device
   std::vector<const std::byte *> inputs;    // one per rank, filled per call
   std::vector<std::byte *> outputs;         // one per rank, filled per call
+  // The state's pool (NULL: single-threaded) and thresholds, as configured
+  // when the comm was created.
+  backplane::cpu::ThreadPool *pool = nullptr;
+  std::size_t threads = 1;
+  std::size_t parallel_threshold_bytes = 0;
+  std::size_t streaming_threshold_bytes = 0;
 };
 
 namespace backplane::cpu {
 
 inline constexpr std::uint32_t kDefaultDeviceCount = 8;
 inline constexpr std::uint32_t kMaxDeviceCount = 1024;
+inline constexpr std::uint32_t kMaxThreads = 1024;
+// Measured on the 2-core development machine (README, "Threads"): below
+// this many bytes read + written, handing half a call to a second thread
+// (about 1 us) costs more than it saves.
+inline constexpr std::size_t kDefaultParallelThresholdBytes = std::size_t{128} << 10;
+// Streaming stores pay off once a call's data no longer fits in the last
+// level cache; without a cache size from the system, assume this one.
+inline constexpr std::size_t kFallbackLastLevelCacheBytes = std::size_t{32} << 20;
+inline constexpr std::size_t kMaxThresholdBytes = std::size_t{1} << 62;
+
+// The streaming threshold for a cache of `cache_bytes`.
+inline constexpr std::size_t default_streaming_threshold(std::size_t cache_bytes) noexcept {
+  return cache_bytes / 2;
+}
 
 // Talking back to the host (host_services.cpp). fail() reports `code` with a
 // printf-formatted one-line message and returns the code, for

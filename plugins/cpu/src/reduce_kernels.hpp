@@ -1,5 +1,10 @@
 // The one reduction kernel of the cpu plugin, shared by all_reduce, reduce and
-// reduce_scatter: reduce ranks' inputs element-wise and write every output.
+// reduce_scatter, and (as a u8 "sum" of one input) by every collective that
+// only moves data: read each input element once, combine in registers, write
+// every output once. This header holds the element-wise semantics (the scalar
+// operators, also used for tails and by the non-SIMD fallback) and the
+// interface; reduce_kernels.cpp holds the SIMD kernel, compiled for several
+// instruction sets and picked at run time (Highway dynamic dispatch).
 #pragma once
 
 #include <algorithm>
@@ -33,7 +38,8 @@ inline T wrapping_mul(T a, T b) noexcept {
 }
 
 // Reduce operators. combine(acc, x) folds the next rank's value x into acc;
-// ranks are folded in rank order, so float results are deterministic.
+// ranks are folded in rank order, so float results are deterministic. The
+// SIMD kernel implements exactly these semantics lane by lane.
 struct SumOp {
   static constexpr bool has_finalize = false;
   template <class A>
@@ -99,63 +105,99 @@ struct AvgOp {
   }
 };
 
-// Where one reduction reads and writes. Every input is read once and every
-// output written once; outputs may alias inputs (in place), because each
-// chunk is fully reduced into a private accumulator before any output of
-// that chunk is written.
+inline constexpr std::size_t kNoOutputSkipped = ~std::size_t{0};
+
+// Where one kernel call reads and writes. Element i of input r is at
+// inputs[r] + input_offset + i * size, of output o at outputs[o] +
+// output_offset + i * size. Every input element is read once and every
+// output element written once. An output may alias an input at the same
+// element (in place): each element is read from every input before it is
+// written anywhere. Outputs never overlap each other.
 struct ReduceIo {
   const std::byte *const *inputs;  // input_count >= 1 pointers
   std::size_t input_count;
-  std::byte *const *outputs;  // output_count pointers
+  std::size_t input_offset;        // bytes added to every input
+  std::byte *const *outputs;       // output_count pointers
   std::size_t output_count;
+  std::size_t output_offset;       // bytes added to every output
+  std::size_t skip_output;         // an output index left unwritten, or kNoOutputSkipped
+  // Write with non-temporal (streaming) stores where the outputs' alignment
+  // allows: for data far larger than the caches, it spares the read of each
+  // output line before it is overwritten and leaves the caches to the inputs.
+  bool streaming;
 };
 
-// Elements per chunk: the accumulator (at most 16 KiB of f64/u64) stays in
-// L1 while the inputs stream through it.
-inline constexpr std::size_t kChunkElements = 2048;
+// Reduces elements [begin, end) of `io`. A range, so the thread pool can
+// hand each thread its own slice.
+using ReduceKernel = void (*)(const ReduceIo &io, std::size_t begin, std::size_t end);
 
-// Reduces elements [begin, end) (element indices, the same in every input
-// and output). A range rather than the whole count so that a later thread
-// pool can hand each worker its own slice.
+// The kernel for (dtype, op) on the best instruction set of this CPU, or
+// NULL when there is none: a value outside the enums, or avg on an integer
+// type. Cheap (a table lookup); call it once per collective.
+ReduceKernel reduce_kernel(std::uint32_t dtype, std::uint32_t op) noexcept;
+
+// The kernel that copies bytes: one input, any number of outputs
+// (reduce_kernel(BP_U8, BP_SUM) with a single input).
+ReduceKernel copy_kernel() noexcept;
+
+// Name of the instruction set the kernels run on here ("AVX3", "AVX2",
+// "EMU128", ...), for logs. The first call also builds the kernel table.
+const char *kernel_target_name() noexcept;
+
+// Scalar reduction, one element at a time: for the few elements at the ends
+// of a range that the SIMD loop leaves (and tiny calls), where setting up a
+// chunk would cost more than the work.
 template <class E, class Op>
-void reduce_range(const ReduceIo &io, std::size_t begin, std::size_t end) noexcept {
+inline void reduce_each(const ReduceIo &io, std::size_t begin, std::size_t end) noexcept {
   using S = typename E::storage;
   using A = typename E::acc;
   constexpr std::size_t s = sizeof(S);
-  constexpr bool convert = !std::is_same_v<S, A>;
+  for (std::size_t i = begin; i < end; ++i) {
+    const std::size_t at = i * s;
+    A acc = E::load(io.inputs[0] + io.input_offset + at);
+    for (std::size_t r = 1; r < io.input_count; ++r) {
+      acc = Op::combine(acc, E::load(io.inputs[r] + io.input_offset + at));
+    }
+    if constexpr (Op::has_finalize) acc = Op::finalize(acc, io.input_count);
+    const S value = E::to_storage(acc);
+    for (std::size_t o = 0; o < io.output_count; ++o) {
+      if (o != io.skip_output) store_unaligned<S>(io.outputs[o] + io.output_offset + at, value);
+    }
+  }
+}
 
-  alignas(64) A acc[kChunkElements];
-  // Converted results of half types, so conversion happens once per element
-  // however many outputs there are.
-  [[maybe_unused]] alignas(64) std::conditional_t<convert, S[kChunkElements], char> staged;
+// Elements per chunk of the scalar path: its accumulator (at most 16 KiB of
+// f64/u64) stays in L1 while the inputs stream through it.
+inline constexpr std::size_t kScalarChunkElements = 2048;
 
-  for (std::size_t first = begin; first < end; first += kChunkElements) {
-    const std::size_t m = std::min(kChunkElements, end - first);
-    const std::size_t offset = first * s;
-
-    const std::byte *in = io.inputs[0] + offset;
+// Scalar reduction of elements [begin, end): the semantics reference, used
+// for (type, op) pairs or instruction sets without a SIMD path. Chunked, so each input is
+// read sequentially: every rank's chunk is folded, in rank order, into an
+// accumulator on the stack, which is then written to every output.
+template <class E, class Op>
+inline void reduce_scalar(const ReduceIo &io, std::size_t begin, std::size_t end) noexcept {
+  using S = typename E::storage;
+  using A = typename E::acc;
+  constexpr std::size_t s = sizeof(S);
+  A acc[kScalarChunkElements];
+  S staged[kScalarChunkElements];
+  for (std::size_t first = begin; first < end; first += kScalarChunkElements) {
+    const std::size_t m = std::min(kScalarChunkElements, end - first);
+    const std::size_t at = first * s;
+    const std::byte *in = io.inputs[0] + io.input_offset + at;
     for (std::size_t i = 0; i < m; ++i) acc[i] = E::load(in + i * s);
     for (std::size_t r = 1; r < io.input_count; ++r) {
-      in = io.inputs[r] + offset;
+      in = io.inputs[r] + io.input_offset + at;
       for (std::size_t i = 0; i < m; ++i) acc[i] = Op::combine(acc[i], E::load(in + i * s));
     }
     if constexpr (Op::has_finalize) {
       for (std::size_t i = 0; i < m; ++i) acc[i] = Op::finalize(acc[i], io.input_count);
     }
-
-    const void *result = acc;
-    if constexpr (convert) {
-      for (std::size_t i = 0; i < m; ++i) staged[i] = E::to_storage(acc[i]);
-      result = staged;
+    for (std::size_t i = 0; i < m; ++i) staged[i] = E::to_storage(acc[i]);
+    for (std::size_t o = 0; o < io.output_count; ++o) {
+      if (o != io.skip_output) std::memcpy(io.outputs[o] + io.output_offset + at, staged, m * s);
     }
-    for (std::size_t o = 0; o < io.output_count; ++o) std::memcpy(io.outputs[o] + offset, result, m * s);
   }
 }
-
-// Runs the kernel for (dtype, op) over [begin, end). Returns false, touching
-// nothing, when there is no such kernel: a value outside the enums, or avg
-// on an integer type.
-bool reduce_elements(std::uint32_t dtype, std::uint32_t op, const ReduceIo &io, std::size_t begin,
-                     std::size_t end) noexcept;
 
 }  // namespace backplane::cpu
