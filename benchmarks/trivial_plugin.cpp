@@ -181,6 +181,8 @@ const bp_plugin_functions kFunctions = {
     .request_test = trivial_request_test,
     .request_wait = trivial_request_wait,
     .request_release = trivial_request_release,
+    .kind_info = nullptr,
+    .comm_info = nullptr,
 };
 
 const bp_plugin_descriptor kDescriptor = {

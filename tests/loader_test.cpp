@@ -171,7 +171,7 @@ TEST(LoaderTest, GoodFixtureAndCpuPluginLoadSideBySide) {
     if (plugin.name != "mock") continue;
     EXPECT_EQ(plugin.version, kFixtureVersion);
     EXPECT_EQ(plugin.abi_major, 1u);
-    EXPECT_EQ(plugin.abi_minor, 0u);
+    EXPECT_EQ(plugin.abi_minor, unsigned{BP_PLUGIN_ABI_MINOR});
     EXPECT_TRUE(same_file(plugin.file, good)) << plugin.file;
     EXPECT_EQ(plugin.device_kinds, std::vector<std::string>{"mock"});
   }
@@ -465,6 +465,62 @@ TEST(LoaderTest, NewerMinorWithLongerStructsLoads) {
 
 TEST(LoaderTest, FirstReleaseSizedStructsLoad) {
   expect_mock_equivalent_loads("short_struct", "short_struct", "mock_short", 0);
+}
+
+// ---- what a plugin says beyond ABI 1.0 ----------------------------------------
+
+// The 1.1 fields travel from the plugin through the C API: device
+// properties, a kind's status and a group's route.
+TEST(LoaderTest, DevicePropertiesKindStatusAndRouteReachTheApi) {
+  TempDir dir;
+  dir.copy_in(fixture_path("good"));
+  Host host = make_host({dir.path().string()}, R"({"mock": {"devices": 2}})");
+  std::vector<Device> devices;
+  ASSERT_TRUE(find_devices(host, "mock", 2, devices));
+  Result<DeviceInfo> info = devices[1].info();
+  ASSERT_TRUE(info) << info.error().json();
+  using Property = std::pair<std::string, std::string>;
+  EXPECT_EQ(info->properties, (std::vector<Property>{{"fixture_index", "1"}, {"backing", "host memory"}}));
+
+  const std::vector<PluginInfo> plugins = host.plugins();
+  ASSERT_EQ(plugins.size(), 1u);
+  EXPECT_EQ(plugins[0].kind_status, std::vector<std::string>{""}) << "nothing to say with devices present";
+
+  Result<Group> group = host.create_group(devices);
+  ASSERT_TRUE(group) << group.error().json();
+  EXPECT_EQ(bp_group_route(group->get()), std::string("mock route: 2 ranks in host memory"));
+}
+
+TEST(LoaderTest, KindWithoutDevicesSaysWhy) {
+  TempDir dir;
+  dir.copy_in(fixture_path("good"));
+  Host host = make_host({dir.path().string()}, R"({"mock": {"devices": 0}})");
+  EXPECT_EQ(device_count_of_kind(host, "mock"), 0u);
+  const std::vector<PluginInfo> plugins = host.plugins();
+  ASSERT_EQ(plugins.size(), 1u);
+  EXPECT_EQ(plugins[0].kind_status, std::vector<std::string>{"no mock devices: the options asked for 0"});
+  bp_device *device = nullptr;
+  bp_error *error = bp_host_find_device(host.get(), "mock:0", &device);
+  ASSERT_NE(error, nullptr);
+  bp_error_destroy(error);
+}
+
+// A 1.0 plugin's function table ends before kind_info and comm_info (the
+// fixture sets both past its struct_size): the host must not call them, and
+// says nothing rather than garbage.
+TEST(LoaderTest, FirstReleaseFunctionTableHasNoStatusOrRoute) {
+  TempDir dir;
+  dir.copy_in(fixture_path("short_struct"));
+  Host host = make_host({dir.path().string()}, R"({"mock_short": {"devices": 2}})");
+  EXPECT_EQ(host.refused().size(), 0u) << describe_refused(host);
+  const std::vector<PluginInfo> plugins = host.plugins();
+  ASSERT_EQ(plugins.size(), 1u);
+  EXPECT_EQ(plugins[0].kind_status, std::vector<std::string>{""});
+  std::vector<Device> devices;
+  ASSERT_TRUE(find_devices(host, "mock_short", 2, devices));
+  Result<Group> group = host.create_group(devices);
+  ASSERT_TRUE(group) << group.error().json();
+  EXPECT_STREQ(bp_group_route(group->get()), "");
 }
 
 // ---- which files count as plugins ---------------------------------------------

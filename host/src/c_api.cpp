@@ -179,6 +179,18 @@ Status create_group(bp_host *host, bp_device *const *ranks, size_t rank_count, c
                                           &group->comm, sink);
     });
     if (!status) return status;
+    if (plugin.functions.comm_info) {
+      bp_plugin_comm_info info{};
+      info.struct_size = sizeof info;
+      status = call_plugin(plugin, "comm_info", [&](bp_error_sink *sink) {
+        return plugin.functions.comm_info(plugin.state, group->comm, &info, sink);
+      });
+      if (!status) {
+        if (!plugin.failed.load()) plugin.functions.comm_destroy(plugin.state, group->comm);
+        return status;
+      }
+      if (info.route) group->route = info.route;
+    }
   }
   *out = group.release();
   return {};
@@ -285,6 +297,7 @@ bp_error *bp_host_plugin(const bp_host *host, size_t index, bp_plugin_info *out)
     info.file = plugin.file.c_str();
     info.device_kinds = plugin.device_kind_pointers.data();
     info.device_kind_count = plugin.device_kind_pointers.size();
+    info.kind_status = plugin.kind_status_pointers.data();
     return write_out("bp_host_plugin", out, info, BP_PLUGIN_INFO_SIZE_V1_0);
   });
 }
@@ -332,6 +345,9 @@ bp_error *bp_device_get_info(const bp_device *device, bp_device_info *out) {
     info.description = device->description.empty() ? device->plugin_device_name.c_str() : device->description.c_str();
     info.flags = device->flags;
     info.memory_bytes = device->memory_bytes;
+    info.property_keys = device->property_key_pointers.data();
+    info.property_values = device->property_value_pointers.data();
+    info.property_count = device->property_key_pointers.size();
     return write_out("bp_device_get_info", out, info, BP_DEVICE_INFO_SIZE_V1_0);
   });
 }

@@ -848,6 +848,8 @@ bp_group *bp_host_group(const bp_host *host, size_t index) {
 
 const char *bp_group_name(const bp_group *group) { return group ? group->name.c_str() : ""; }
 
+const char *bp_group_route(const bp_group *group) { return group ? group->route.c_str() : ""; }
+
 bp_device *bp_group_device(const bp_group *group, size_t rank) {
   return group && rank < group->ranks.size() ? group->ranks[rank] : nullptr;
 }

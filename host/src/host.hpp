@@ -40,6 +40,10 @@ struct LoadedPlugin {
   std::string name, version;
   std::vector<std::string> device_kinds;
   std::vector<const char *> device_kind_pointers;  // for bp_plugin_info
+  // Per kind, what the plugin's kind_info said (ABI 1.1), copied at load;
+  // the pointers are NULL where it said nothing (for bp_plugin_info).
+  std::vector<std::string> kind_statuses;
+  std::vector<const char *> kind_status_pointers;
   // Set once the plugin let an exception escape; it is then called no more.
   std::atomic<bool> failed{false};
   std::string failure;
@@ -107,6 +111,10 @@ struct bp_device {
   std::string description;
   uint32_t flags = 0;
   uint64_t memory_bytes = 0;
+  // The plugin's named facts about the device (ABI 1.1), copied at load, and
+  // the pointer arrays bp_device_info hands out.
+  std::vector<std::string> property_keys, property_values;
+  std::vector<const char *> property_key_pointers, property_value_pointers;
   // Set when the device declares less than its kind.
   std::unique_ptr<backplane::CapabilitySet> own_capabilities;
   const backplane::CapabilitySet &capabilities() const {
@@ -129,6 +137,7 @@ struct bp_group {
   // Set when every rank has one kind; the plugin's communicator then exists.
   backplane::DeviceKind *kind = nullptr;
   bp_plugin_comm *comm = nullptr;
+  std::string route;  // the plugin's comm_info (ABI 1.1); "" when it said nothing
   // What every rank can run (the intersection of the ranks' sets).
   backplane::CapabilitySet capabilities;
   // Scratch for the plugin's buffer handles, sized once, used under `busy`.

@@ -306,6 +306,44 @@ Status check_conflicts(const bp_host &host, const Candidate &candidate) {
   return {};
 }
 
+// Copies what a plugin says about a device beyond ABI 1.0: its named
+// properties, which it owns and may free at destroy.
+Status read_device_properties(const LoadedPlugin &plugin, const bp_plugin_device_info &info, bp_device &device) {
+  if (info.property_count == 0) return {};
+  if (!info.property_keys || !info.property_values) {
+    return plugin_init_error(plugin.file, "device '" + device.name + "' has " + std::to_string(info.property_count) +
+                                              " properties but a NULL key or value array");
+  }
+  for (size_t i = 0; i < info.property_count; ++i) {
+    if (!info.property_keys[i] || !info.property_values[i]) {
+      return plugin_init_error(plugin.file, "device '" + device.name + "' property " + std::to_string(i) +
+                                                " has a NULL key or value");
+    }
+    device.property_keys.emplace_back(info.property_keys[i]);
+    device.property_values.emplace_back(info.property_values[i]);
+  }
+  for (size_t i = 0; i < device.property_keys.size(); ++i) {
+    device.property_key_pointers.push_back(device.property_keys[i].c_str());
+    device.property_value_pointers.push_back(device.property_values[i].c_str());
+  }
+  return {};
+}
+
+// The plugin's one line on a kind (ABI 1.1 kind_info), "" when it has none.
+Status read_kind_status(LoadedPlugin &plugin, uint32_t kind, std::string &status_out) {
+  status_out.clear();
+  if (!plugin.functions.kind_info) return {};
+  bp_plugin_kind_info info{};
+  info.struct_size = sizeof info;
+  if (Status status = call_plugin(plugin, "kind_info", [&](bp_error_sink *sink) {
+        return plugin.functions.kind_info(plugin.state, kind, &info, sink);
+      });
+      !status)
+    return status;
+  if (info.status) status_out = info.status;
+  return {};
+}
+
 Status enumerate_devices(const bp_host &host, Candidate &candidate) {
   LoadedPlugin &plugin = *candidate.plugin;
   for (uint32_t k = 0; k < plugin.device_kinds.size(); ++k) {
@@ -330,7 +368,13 @@ Status enumerate_devices(const bp_host &host, Candidate &candidate) {
         });
         !status)
       return status;
-    if (count == 0) log(BP_LOG_INFO, "loader", "plugin '" + plugin.name + "' reports no '" + kind + "' devices");
+    plugin.kind_statuses.emplace_back();
+    if (Status status = read_kind_status(plugin, k, plugin.kind_statuses.back()); !status) return status;
+    if (count == 0) {
+      const std::string &why = plugin.kind_statuses.back();
+      log(BP_LOG_INFO, "loader",
+          "plugin '" + plugin.name + "' reports no '" + kind + "' devices" + (why.empty() ? "" : ": " + why));
+    }
     for (uint32_t index = 0; index < count; ++index) {
       bp_plugin_device_info info{};
       info.struct_size = sizeof info;
@@ -347,6 +391,7 @@ Status enumerate_devices(const bp_host &host, Candidate &candidate) {
       device->description = info.description ? info.description : "";
       device->flags = info.flags;
       device->memory_bytes = info.memory_bytes;
+      if (Status status = read_device_properties(plugin, info, *device); !status) return status;
       if (info.capabilities) {
         std::vector<CapabilitySet> own(1);
         if (Status status = read_capability_rows(plugin.file, info.capabilities, info.capability_count, 1, own, 0u);
@@ -379,6 +424,8 @@ void register_candidate(bp_host &host, Candidate &candidate) {
     host.devices.push_back(std::move(candidate.devices[i]));
   }
   for (const std::string &kind : plugin.device_kinds) plugin.device_kind_pointers.push_back(kind.c_str());
+  for (const std::string &status : plugin.kind_statuses)
+    plugin.kind_status_pointers.push_back(status.empty() ? nullptr : status.c_str());
   log(BP_LOG_INFO, "loader", "loaded plugin '" + plugin.name + "' " + plugin.version + " from '" + plugin.file + "'");
   host.plugins.push_back(std::move(candidate.plugin));
   rebuild_capability_listing(host);

@@ -1,14 +1,15 @@
 /* The layouts of the structs released in ABI 1.0, frozen as literal numbers
  * for x86-64 (LP64): a change to a released struct must break this list.
  * One X-macro, expanded by frozen_layout.c (checked by the C compiler) and
- * by abi_test.cpp (checked by the C++ compiler). Never edit a number here;
- * append new fields of later minors as new lines. */
+ * by abi_test.cpp (checked by the C++ compiler). Never edit a SIZE_V1_0 or
+ * FIELD number here; a later minor appends its fields and its SIZE_V1_x
+ * macro as new lines, and only updates the SIZEOF line of a struct it grew. */
 #ifndef BACKPLANE_TESTS_FROZEN_LAYOUT_H
 #define BACKPLANE_TESTS_FROZEN_LAYOUT_H
 
 #include <stddef.h>
 
-/* SIZE_V1_0(macro, bytes)  a BP_*_SIZE_V1_0 macro
+/* SIZE_V1_0(macro, bytes)  a BP_*_SIZE_V1_x macro
  * SIZEOF(type, bytes)      sizeof(type)
  * FIELD(type, field, byte) offsetof(type, field) */
 #define BP_FROZEN_LAYOUT(SIZE_V1_0, SIZEOF, FIELD)        \
@@ -30,7 +31,7 @@
   FIELD(bp_capability, reduce_ops, 28)                    \
   FIELD(bp_capability, flags, 32)                         \
   SIZE_V1_0(BP_PLUGIN_DEVICE_INFO_SIZE_V1_0, 64)          \
-  SIZEOF(bp_plugin_device_info, 64)                       \
+  SIZEOF(bp_plugin_device_info, 88)                       \
   FIELD(bp_plugin_device_info, struct_size, 0)            \
   FIELD(bp_plugin_device_info, next, 8)                   \
   FIELD(bp_plugin_device_info, name, 16)                  \
@@ -39,6 +40,16 @@
   FIELD(bp_plugin_device_info, memory_bytes, 40)          \
   FIELD(bp_plugin_device_info, capabilities, 48)          \
   FIELD(bp_plugin_device_info, capability_count, 56)      \
+  SIZE_V1_0(BP_PLUGIN_DEVICE_INFO_SIZE_V1_1, 88)          \
+  FIELD(bp_plugin_device_info, property_keys, 64)         \
+  FIELD(bp_plugin_device_info, property_values, 72)       \
+  FIELD(bp_plugin_device_info, property_count, 80)        \
+  SIZE_V1_0(BP_PLUGIN_KIND_INFO_SIZE_V1_1, 24)            \
+  SIZEOF(bp_plugin_kind_info, 24)                         \
+  FIELD(bp_plugin_kind_info, status, 16)                  \
+  SIZE_V1_0(BP_PLUGIN_COMM_INFO_SIZE_V1_1, 24)            \
+  SIZEOF(bp_plugin_comm_info, 24)                         \
+  FIELD(bp_plugin_comm_info, route, 16)                   \
   SIZE_V1_0(BP_COLLECTIVE_ARGS_SIZE_V1_0, 64)             \
   SIZEOF(bp_collective_args, 64)                          \
   FIELD(bp_collective_args, struct_size, 0)               \
@@ -52,7 +63,7 @@
   FIELD(bp_collective_args, send, 48)                     \
   FIELD(bp_collective_args, recv, 56)                     \
   SIZE_V1_0(BP_PLUGIN_FUNCTIONS_SIZE_V1_0, 136)           \
-  SIZEOF(bp_plugin_functions, 136)                        \
+  SIZEOF(bp_plugin_functions, 152)                        \
   FIELD(bp_plugin_functions, struct_size, 0)              \
   FIELD(bp_plugin_functions, next, 8)                     \
   FIELD(bp_plugin_functions, destroy, 16)                 \
@@ -70,6 +81,9 @@
   FIELD(bp_plugin_functions, request_test, 112)           \
   FIELD(bp_plugin_functions, request_wait, 120)           \
   FIELD(bp_plugin_functions, request_release, 128)        \
+  SIZE_V1_0(BP_PLUGIN_FUNCTIONS_SIZE_V1_1, 152)           \
+  FIELD(bp_plugin_functions, kind_info, 136)              \
+  FIELD(bp_plugin_functions, comm_info, 144)              \
   SIZE_V1_0(BP_PLUGIN_DESCRIPTOR_SIZE_V1_0, 80)           \
   SIZEOF(bp_plugin_descriptor, 80)                        \
   FIELD(bp_plugin_descriptor, struct_size, 0)             \
@@ -103,7 +117,7 @@
   FIELD(bp_host_options, flags, 32)                       \
   FIELD(bp_host_options, plugin_options_json, 40)         \
   SIZE_V1_0(BP_PLUGIN_INFO_SIZE_V1_0, 64)                 \
-  SIZEOF(bp_plugin_info, 64)                              \
+  SIZEOF(bp_plugin_info, 72)                              \
   FIELD(bp_plugin_info, struct_size, 0)                   \
   FIELD(bp_plugin_info, next, 8)                          \
   FIELD(bp_plugin_info, name, 16)                         \
@@ -113,8 +127,10 @@
   FIELD(bp_plugin_info, file, 40)                         \
   FIELD(bp_plugin_info, device_kinds, 48)                 \
   FIELD(bp_plugin_info, device_kind_count, 56)            \
+  SIZE_V1_0(BP_PLUGIN_INFO_SIZE_V1_1, 72)                 \
+  FIELD(bp_plugin_info, kind_status, 64)                  \
   SIZE_V1_0(BP_DEVICE_INFO_SIZE_V1_0, 72)                 \
-  SIZEOF(bp_device_info, 72)                              \
+  SIZEOF(bp_device_info, 96)                              \
   FIELD(bp_device_info, struct_size, 0)                   \
   FIELD(bp_device_info, next, 8)                          \
   FIELD(bp_device_info, name, 16)                         \
@@ -124,6 +140,10 @@
   FIELD(bp_device_info, description, 48)                  \
   FIELD(bp_device_info, flags, 56)                        \
   FIELD(bp_device_info, memory_bytes, 64)                 \
+  SIZE_V1_0(BP_DEVICE_INFO_SIZE_V1_1, 96)                 \
+  FIELD(bp_device_info, property_keys, 72)                \
+  FIELD(bp_device_info, property_values, 80)              \
+  FIELD(bp_device_info, property_count, 88)               \
   SIZE_V1_0(BP_CAPABILITY_INFO_SIZE_V1_0, 48)             \
   SIZEOF(bp_capability_info, 48)                          \
   FIELD(bp_capability_info, struct_size, 0)               \

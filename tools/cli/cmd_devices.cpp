@@ -33,14 +33,18 @@ int run_devices(const GlobalOptions &options, bool json) {
 
   if (json) {
     nlohmann::ordered_json out = nlohmann::ordered_json::array();
-    for (const DeviceInfo &device : devices)
+    for (const DeviceInfo &device : devices) {
+      nlohmann::ordered_json properties = nlohmann::ordered_json::object();
+      for (const auto &[key, value] : device.properties) properties[key] = value;
       out.push_back({{"name", device.name},
                      {"kind", device.kind},
                      {"index", device.index},
                      {"plugin", device.plugin},
                      {"flags", flag_names(device.flags)},
                      {"memory_bytes", device.memory_bytes},
-                     {"description", device.description}});
+                     {"description", device.description},
+                     {"properties", std::move(properties)}});
+    }
     std::printf("%s\n", out.dump(2).c_str());
     return kExitOk;
   }
@@ -58,6 +62,12 @@ int run_devices(const GlobalOptions &options, bool json) {
                    device.memory_bytes ? format_bytes(device.memory_bytes) : "-", device.description});
   }
   table.print(stdout);
+  // Then each device's own facts (platform, driver, extensions, ...), one per line.
+  for (const DeviceInfo &device : devices) {
+    if (device.properties.empty()) continue;
+    std::printf("\n%s:\n", device.name.c_str());
+    for (const auto &[key, value] : device.properties) std::printf("  %-22s %s\n", key.c_str(), value.c_str());
+  }
   return kExitOk;
 }
 

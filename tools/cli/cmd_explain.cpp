@@ -104,11 +104,15 @@ int run_explain(const GlobalOptions &options, const std::string &fleet_file, con
     // plugin, per group until mixed groups are staged through host memory.
     if (!described->plugins.empty())
       out["plugin"] = {{"name", described->plugins[0].name}, {"version", described->plugins[0].version}};
+    if (!group->route().empty()) out["route"] = std::string(group->route());
     std::printf("%s\n", out.dump(2).c_str());
     return kExitOk;
   }
   std::printf("would run: %s on group %s (%s) by plugin %s\n", operation.c_str(), std::string(group->name()).c_str(),
               described->device_text().c_str(), described->plugin_text().c_str());
+  // How the data moves, when the plugin says: e.g. through host memory
+  // between devices of different OpenCL platforms.
+  if (!group->route().empty()) std::printf("route: %s\n", std::string(group->route()).c_str());
   return kExitOk;
 }
 

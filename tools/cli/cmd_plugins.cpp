@@ -31,12 +31,18 @@ int run_plugins(const GlobalOptions &options, bool json) {
   if (json) {
     nlohmann::ordered_json out = {{"loaded", nlohmann::ordered_json::array()},
                                   {"refused", nlohmann::ordered_json::array()}};
-    for (const PluginInfo &plugin : plugins)
+    for (const PluginInfo &plugin : plugins) {
+      // Only kinds the plugin said something about (why one has no device).
+      nlohmann::ordered_json kind_status = nlohmann::ordered_json::object();
+      for (size_t k = 0; k < plugin.device_kinds.size(); ++k)
+        if (!plugin.kind_status[k].empty()) kind_status[plugin.device_kinds[k]] = plugin.kind_status[k];
       out["loaded"].push_back({{"name", plugin.name},
                                {"version", plugin.version},
                                {"abi", std::to_string(plugin.abi_major) + "." + std::to_string(plugin.abi_minor)},
                                {"file", plugin.file},
-                               {"device_kinds", plugin.device_kinds}});
+                               {"device_kinds", plugin.device_kinds},
+                               {"kind_status", std::move(kind_status)}});
+    }
     // The host's own structured error, embedded as is, so a script sees
     // every field the host recorded (code, message, file, hint, ...).
     for (const bp_error *error : refused) {
@@ -62,6 +68,10 @@ int run_plugins(const GlobalOptions &options, bool json) {
                      join(plugin.device_kinds, ","), plugin.file});
     std::printf("loaded:\n");
     table.print(stdout);
+    for (const PluginInfo &plugin : plugins)
+      for (size_t k = 0; k < plugin.device_kinds.size(); ++k)
+        if (!plugin.kind_status[k].empty())
+          std::printf("  %s: %s\n", plugin.device_kinds[k].c_str(), plugin.kind_status[k].c_str());
   }
   if (!refused.empty()) {
     Table table({{"file"}, {"code"}, {"message"}});

@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 #define BP_API_VERSION_MAJOR 1
-#define BP_API_VERSION_MINOR 0
+#define BP_API_VERSION_MINOR 1
 
 #if defined(__GNUC__)
 #define BP_API __attribute__((visibility("default")))
@@ -115,8 +115,13 @@ typedef struct bp_plugin_info {
   const char *file;
   const char *const *device_kinds;
   size_t device_kind_count;
+  /* Since 1.1: per device kind (parallel to device_kinds), the plugin's one
+   * line on its state, above all why it has no device; an entry is NULL when
+   * the plugin has nothing to say. */
+  const char *const *kind_status;
 } bp_plugin_info;
 #define BP_PLUGIN_INFO_SIZE_V1_0 BP_STRUCT_SIZE(bp_plugin_info, device_kind_count)
+#define BP_PLUGIN_INFO_SIZE_V1_1 BP_STRUCT_SIZE(bp_plugin_info, kind_status)
 
 BP_API size_t bp_host_plugin_count(const bp_host *host);
 BP_API bp_error *bp_host_plugin(const bp_host *host, size_t index, bp_plugin_info *out);
@@ -138,8 +143,15 @@ typedef struct bp_device_info {
   const char *description; /* the plugin's name and description of the device */
   uint32_t flags;          /* BP_DEVICE_* */
   uint64_t memory_bytes;
+  /* Since 1.1: the plugin's named facts about the device (e.g. "platform",
+   * "vendor", "version", "compute_units", "extensions"), in its order:
+   * property_keys[i] names property_values[i]. NULL and 0 when none. */
+  const char *const *property_keys;
+  const char *const *property_values;
+  size_t property_count;
 } bp_device_info;
 #define BP_DEVICE_INFO_SIZE_V1_0 BP_STRUCT_SIZE(bp_device_info, memory_bytes)
+#define BP_DEVICE_INFO_SIZE_V1_1 BP_STRUCT_SIZE(bp_device_info, property_count)
 
 BP_API size_t bp_host_device_count(const bp_host *host);
 BP_API bp_device *bp_host_device(const bp_host *host, size_t index); /* NULL when out of range */
@@ -240,6 +252,10 @@ BP_API size_t bp_host_group_count(const bp_host *host);
 BP_API bp_group *bp_host_group(const bp_host *host, size_t index); /* NULL when out of range */
 BP_API const char *bp_group_name(const bp_group *group);           /* "" when unnamed */
 BP_API bp_device *bp_group_device(const bp_group *group, size_t rank); /* NULL when out of range */
+/* Since 1.1: how the group's plugin moves data between its ranks, one line
+ * (e.g. "through host memory: the devices are on different OpenCL
+ * platforms"); "" when the plugin says nothing. Valid while the group lives. */
+BP_API const char *bp_group_route(const bp_group *group);
 
 /* in_place of a workload */
 #define BP_WORKLOAD_OUT_OF_PLACE 0x1u

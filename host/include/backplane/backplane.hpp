@@ -118,12 +118,16 @@ struct PluginInfo {
   std::string name, version, file;
   uint32_t abi_major = 0, abi_minor = 0;
   std::vector<std::string> device_kinds;
+  // Parallel to device_kinds: the plugin's line on each kind ("" when none).
+  std::vector<std::string> kind_status;
 };
 
 struct DeviceInfo {
   std::string name, kind, plugin, description;
   uint32_t index = 0, flags = 0;
   uint64_t memory_bytes = 0;
+  // The plugin's named facts about the device, in its order.
+  std::vector<std::pair<std::string, std::string>> properties;
 };
 
 using CapabilityInfo = bp_capability_info;
@@ -138,8 +142,11 @@ class Device {
     bp_device_info raw{};
     raw.struct_size = sizeof raw;
     if (bp_error *error = bp_device_get_info(device_, &raw)) return Error(error);
-    return DeviceInfo{raw.name,  raw.kind,  raw.plugin,      raw.description ? raw.description : "",
-                      raw.index, raw.flags, raw.memory_bytes};
+    DeviceInfo info{raw.name,  raw.kind,  raw.plugin,      raw.description ? raw.description : "",
+                    raw.index, raw.flags, raw.memory_bytes, {}};
+    for (size_t i = 0; i < raw.property_count; ++i)
+      info.properties.emplace_back(raw.property_keys[i], raw.property_values[i]);
+    return info;
   }
   Device base() const { return Device(bp_device_base(device_)); }
 
@@ -209,6 +216,8 @@ class GroupView {
   bp_group *get() const { return group_; }
   // "" when unnamed.
   std::string_view name() const { return bp_group_name(group_); }
+  // How the plugin moves data between the ranks; "" when it says nothing.
+  std::string_view route() const { return bp_group_route(group_); }
   // The device of rank `rank`; a null Device when out of range.
   Device device(size_t rank) const { return Device(bp_group_device(group_, rank)); }
 
@@ -406,8 +415,11 @@ class Host {
         bp_error_destroy(error);
         continue;
       }
-      PluginInfo info{raw.name, raw.version, raw.file, raw.abi_major, raw.abi_minor, {}};
-      for (size_t k = 0; k < raw.device_kind_count; ++k) info.device_kinds.emplace_back(raw.device_kinds[k]);
+      PluginInfo info{raw.name, raw.version, raw.file, raw.abi_major, raw.abi_minor, {}, {}};
+      for (size_t k = 0; k < raw.device_kind_count; ++k) {
+        info.device_kinds.emplace_back(raw.device_kinds[k]);
+        info.kind_status.emplace_back(raw.kind_status && raw.kind_status[k] ? raw.kind_status[k] : "");
+      }
       plugins.push_back(std::move(info));
     }
     return plugins;

@@ -49,7 +49,7 @@ extern "C" {
 #endif
 
 #define BP_PLUGIN_ABI_MAJOR 1
-#define BP_PLUGIN_ABI_MINOR 0
+#define BP_PLUGIN_ABI_MINOR 1
 
 #if defined(__GNUC__)
 #define BP_PLUGIN_EXPORT __attribute__((visibility("default")))
@@ -118,8 +118,41 @@ typedef struct bp_plugin_device_info {
    * declares (a subset of the kind's rows); NULL and 0 mean the kind's rows. */
   const bp_capability *capabilities;
   size_t capability_count;
+  /* Since 1.1. out: named facts about the device, in the order to show
+   * them (e.g. "platform", "vendor", "version", "compute_units",
+   * "extensions"): property_keys[i] names property_values[i]. Keys are
+   * [a-z0-9_]+ and unique; values are one line. NULL and 0 when none. */
+  const char *const *property_keys;
+  const char *const *property_values;
+  size_t property_count;
 } bp_plugin_device_info;
 #define BP_PLUGIN_DEVICE_INFO_SIZE_V1_0 BP_STRUCT_SIZE(bp_plugin_device_info, capability_count)
+#define BP_PLUGIN_DEVICE_INFO_SIZE_V1_1 BP_STRUCT_SIZE(bp_plugin_device_info, property_count)
+
+/* Out-struct of kind_info (since 1.1). */
+typedef struct bp_plugin_kind_info {
+  size_t struct_size;
+  const void *next;
+  /* out: one line on the state of the kind on this machine when there is
+   * something a user should know, above all why it has no device (e.g. "no
+   * OpenCL platform: clGetPlatformIDs returned CL_PLATFORM_NOT_FOUND_KHR");
+   * NULL when there is nothing to say. Valid until the next configure of the
+   * kind or destroy. */
+  const char *status;
+} bp_plugin_kind_info;
+#define BP_PLUGIN_KIND_INFO_SIZE_V1_1 BP_STRUCT_SIZE(bp_plugin_kind_info, status)
+
+/* Out-struct of comm_info (since 1.1). */
+typedef struct bp_plugin_comm_info {
+  size_t struct_size;
+  const void *next;
+  /* out: how the comm moves data between its ranks, one line (e.g. "one
+   * OpenCL context: device to device" or "through host memory: the devices
+   * are on different OpenCL platforms"); NULL when there is nothing to say.
+   * Valid until comm_destroy. */
+  const char *route;
+} bp_plugin_comm_info;
+#define BP_PLUGIN_COMM_INFO_SIZE_V1_1 BP_STRUCT_SIZE(bp_plugin_comm_info, route)
 
 /* In-struct of collective_start. The host has already checked everything
  * the capability table and the buffer sizes can tell (see types.h for the
@@ -210,8 +243,18 @@ typedef struct bp_plugin_functions {
   /* Forget the request; when still in flight the plugin finishes or cancels
    * it on its own, without touching the group's buffers afterwards. */
   void (*request_release)(bp_plugin_state *state, bp_plugin_request *request);
+
+  /* Since 1.1; each may be NULL (nothing to say). */
+  /* What a user should know about a kind, above all why it has no device.
+   * Called after configure, before and after device_count. */
+  int32_t (*kind_info)(bp_plugin_state *state, uint32_t kind, bp_plugin_kind_info *info,
+                       bp_error_sink *sink);
+  /* How a comm moves data between its ranks. */
+  int32_t (*comm_info)(bp_plugin_state *state, bp_plugin_comm *comm, bp_plugin_comm_info *info,
+                       bp_error_sink *sink);
 } bp_plugin_functions;
 #define BP_PLUGIN_FUNCTIONS_SIZE_V1_0 BP_STRUCT_SIZE(bp_plugin_functions, request_release)
+#define BP_PLUGIN_FUNCTIONS_SIZE_V1_1 BP_STRUCT_SIZE(bp_plugin_functions, comm_info)
 
 /* What a plugin is. */
 typedef struct bp_plugin_descriptor {

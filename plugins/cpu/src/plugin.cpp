@@ -209,6 +209,8 @@ const bp_plugin_functions kFunctions = {
     fn_request_test,
     fn_request_wait,
     fn_request_release,
+    nullptr,  // kind_info: the cpu kind always has its devices
+    nullptr,  // comm_info: every rank shares the process's memory
 };
 
 const bp_plugin_descriptor kDescriptor = {
