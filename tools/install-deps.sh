@@ -12,6 +12,9 @@ packages=(
   libvalijson-dev
   # SIMD for the CPU plugin's reductions
   libhwy-dev
+  # the OpenCL plugin: the Khronos ICD loader and headers; PoCL is the
+  # OpenCL device the tests run on (a CPU device), clinfo to look at it
+  ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
   # tests and micro-benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # comparisons and plots (tools/bench/compare, a project of its own: the
