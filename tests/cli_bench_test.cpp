@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -128,6 +129,39 @@ TEST_F(CliBenchTest, JsonRowsCarryNcclTestsBusBandwidthAndTraffic) {
     }
   }
   EXPECT_NEAR(out["avg_busbw"].get<double>(), busbw_sum / static_cast<double>(modes), busbw_sum * 1e-9);
+}
+
+// On an opencl group every row gets a copy kernel moving the same bytes on
+// the same device: its median time and the collective's share of its speed.
+TEST_F(CliBenchTest, OpenclGroupIsComparedWithACopyKernelOnItsDevice) {
+  TempDir dir;
+  const std::filesystem::path fleet = dir.write_file(
+      "opencl.json", R"({"version": 1, "devices": [{"name": "gpu", "kind": "opencl", "count": 1}],
+                         "groups": [{"name": "one", "devices": ["gpu"]}]})");
+  CommandResult devices = run_cli({"devices", "--json"});
+  ASSERT_EQ(devices.exit_code, 0) << devices.out;
+  if (devices.out.find("\"opencl:0\"") == std::string::npos) {
+    const char *required = std::getenv("BACKPLANE_REQUIRE_OPENCL");
+    ASSERT_FALSE(required && std::string(required) == "1") << "no OpenCL device, and BACKPLANE_REQUIRE_OPENCL=1";
+    GTEST_SKIP() << "no OpenCL device on this machine";
+  }
+  CommandResult ran = run_cli({"bench", "all_reduce", "--fleet", fleet.string(), "-b", "4K", "-e", "64K", "-f", "16",
+                               "-n", "3", "-w", "1", "--json"});
+  ASSERT_EQ(ran.exit_code, 0) << ran.out;
+  nlohmann::json out = parse(ran);
+  ASSERT_EQ(out["rows"].size(), 2u) << out.dump(2);  // 4K, 64K
+  for (const nlohmann::json &row : out["rows"]) {
+    for (const char *mode : {"out_of_place", "in_place"}) {
+      const nlohmann::json &cell = row[mode];
+      if (cell.is_null()) continue;  // a mode the plugin does not declare
+      ASSERT_TRUE(cell.contains("copy_us")) << row.dump();
+      EXPECT_EQ(cell["wrong"], 0) << row.dump();
+      const double time = cell["time_us"], copy = cell["copy_us"];
+      EXPECT_GT(copy, 0) << row.dump();
+      EXPECT_NEAR(cell["copy_percent"].get<double>(), copy / time * 100, copy / time * 1e-7) << row.dump();
+      EXPECT_FALSE(cell.contains("peak_percent")) << "no memcpy probe on a device: " << row.dump();
+    }
+  }
 }
 
 TEST_F(CliBenchTest, AcceptsNcclTestsTypeNames) {

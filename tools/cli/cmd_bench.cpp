@@ -4,11 +4,14 @@
 // factors, with times the median of the iterations rather than the mean.
 // On cpu groups each mode also gets the memory traffic it implies and that
 // as a share of a memory bandwidth probe taken in the same run
-// (memory_bandwidth.hpp). Every result is checked against the reference
+// (memory_bandwidth.hpp); on opencl groups, that traffic against a copy
+// kernel moving the same bytes on rank 0's device, size by size
+// (opencl_copy.hpp). Every result is checked against the reference
 // unless -c 0. The rows are collective_rows.hpp, shared with `run`.
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -18,6 +21,7 @@
 #include "cli.hpp"
 #include "collective_rows.hpp"
 #include "memory_bandwidth.hpp"
+#include "opencl_copy.hpp"
 #include "reference.hpp"
 #include "table.hpp"
 
@@ -325,6 +329,7 @@ int run_bench(const GlobalOptions &options, const BenchOptions &bench) {
   }
   std::vector<std::string> kinds;
   std::vector<std::pair<std::string, std::string>> device_lines;  // name, description
+  std::vector<std::pair<std::string, std::string>> first_device_properties;
   for (size_t r = 0; r < n; ++r) {
     Result<DeviceInfo> info = group.device(r).info();
     if (!info) {
@@ -333,10 +338,13 @@ int run_bench(const GlobalOptions &options, const BenchOptions &bench) {
     }
     if (std::find(kinds.begin(), kinds.end(), info->kind) == kinds.end()) kinds.push_back(info->kind);
     device_lines.emplace_back(info->name, info->description);
+    if (r == 0) first_device_properties = info->properties;
   }
-  // Memory traffic is the cpu plugin's account of its own work: only a
-  // group of cpu devices alone has it.
+  // Memory traffic is the cpu and opencl plugins' account of their own
+  // work (each input read once, each output written once): only a group
+  // of one of those kinds alone has it.
   const bool cpu_group = kinds == std::vector<std::string>{"cpu"};
+  const bool opencl_group = kinds == std::vector<std::string>{"opencl"};
 
   // The group's answers first: a refusal is reported, never run into, and
   // when nothing would run there is nothing to probe or print a table for.
@@ -360,6 +368,19 @@ int run_bench(const GlobalOptions &options, const BenchOptions &bench) {
       std::fprintf(stderr, "note: no memory bandwidth probe (%s): no traffic columns\n", e.what());
     }
   }
+  std::unique_ptr<OpenclCopyKernel> copy_kernel;
+  if (opencl_group && moves_bytes) {
+    auto property = [&](const char *key) {
+      for (const auto &[name, value] : first_device_properties)
+        if (name == key) return value;
+      return std::string();
+    };
+    try {
+      copy_kernel = std::make_unique<OpenclCopyKernel>(property("platform"), property("device"));
+    } catch (const std::exception &e) {
+      std::fprintf(stderr, "note: no copy-kernel reference (%s): no traffic columns\n", e.what());
+    }
+  }
   Json machine = {{"cpus", usable_cpus()}};
   machine["memory_bandwidth_gbps"] = probe ? Json(probe->gbps) : Json(nullptr);
   machine["probe"] = probe ? Json{{"method", "memcpy"}, {"threads", probe->threads}, {"bytes", probe->bytes},
@@ -376,6 +397,13 @@ int run_bench(const GlobalOptions &options, const BenchOptions &bench) {
                   probe->threads, probe->threads == 1 ? "" : "s", format_bytes(probe->bytes).c_str());
       std::printf("# traffic: bytes read + written per second as the cpu plugin moves them (see `backplane bench "
                   "--help`); %%peak: traffic / probe\n");
+    }
+    if (copy_kernel) {
+      std::printf("# copy kernel: out[i] = in[i] on %s, moving each row's traffic bytes (half read, half "
+                  "written), median of the same iterations\n",
+                  copy_kernel->label().c_str());
+      std::printf("# traffic: bytes read + written per second, each input read once and each output written once; "
+                  "%%copy: copy kernel time / collective time\n");
     }
     std::printf("#\n# Using devices\n");
     for (size_t r = 0; r < n; ++r)
@@ -433,11 +461,11 @@ int run_bench(const GlobalOptions &options, const BenchOptions &bench) {
     }
     ++ran;
 
-    const bool traffic = probe.has_value() && !barrier;  // a barrier moves no bytes
+    const bool traffic = (probe.has_value() || copy_kernel != nullptr) && !barrier;  // a barrier moves no bytes
     if (!bench.json) {
       std::printf("#\n# %s on group %s\n", runner.describe().c_str(), setup.group_label.c_str());
       print_timing_note(entry);
-      print_column_header(traffic);
+      print_column_header(traffic, copy_kernel ? "%copy" : "%peak");
     }
     Result<std::vector<Row>> rows = run_rows(runner, [&](Row &row) {
       if (traffic) {
@@ -447,7 +475,18 @@ int run_bench(const GlobalOptions &options, const BenchOptions &bench) {
           if (!mode.requested || mode.error || mode.micros <= 0) continue;
           const uint64_t bytes = traffic_bytes(collective, n, count, bp_dtype_size(*dtype), in_place);
           mode.traffic_gbps = static_cast<double>(bytes) / (mode.micros * 1e3);
-          mode.peak_percent = probe->gbps > 0 ? *mode.traffic_gbps / probe->gbps * 100 : 0;
+          if (probe) {
+            mode.peak_percent = probe->gbps > 0 ? *mode.traffic_gbps / probe->gbps * 100 : 0;
+            continue;
+          }
+          try {
+            mode.copy_micros = copy_kernel->time_copy(bytes, bench.iterations, bench.warmup);
+            mode.peak_percent = *mode.copy_micros / mode.micros * 100;
+          } catch (const std::exception &e) {
+            // Past the device's allocation limit, say: the row stands without it.
+            std::fprintf(stderr, "note: no copy-kernel time for %llu bytes: %s\n",
+                         static_cast<unsigned long long>(bytes), e.what());
+          }
         }
       }
       if (bench.json) return;

@@ -88,7 +88,12 @@ Json mode_json(const ModeResult &mode) {
   Json out = {{"time_us", mode.micros}, {"algbw", mode.algbw}, {"busbw", mode.busbw}};
   out["wrong"] = mode.wrong ? Json(*mode.wrong) : Json(nullptr);
   if (mode.traffic_gbps) out["traffic_gbps"] = *mode.traffic_gbps;
-  if (mode.peak_percent) out["peak_percent"] = *mode.peak_percent;
+  if (mode.copy_micros) {
+    out["copy_us"] = *mode.copy_micros;
+    if (mode.peak_percent) out["copy_percent"] = *mode.peak_percent;
+  } else if (mode.peak_percent) {
+    out["peak_percent"] = *mode.peak_percent;
+  }
   return out;
 }
 
@@ -285,7 +290,7 @@ void print_timing_note(const WorkloadInfo &entry) {
               checked ? "elements that differ from the reference after the last call" : "not checked");
 }
 
-void print_column_header(bool traffic) {
+void print_column_header(bool traffic, const char *reference_title) {
   const size_t width = kModeWidth + (traffic ? kTrafficWidth : 0);
   std::string modes(kModesStart + 2 * width, ' ');
   modes[0] = '#';
@@ -299,7 +304,7 @@ void print_column_header(bool traffic) {
     titles += format("  %7s  %6s  %6s %6s", "time", "algbw", "busbw", "#wrong");
     std::string unit = format("  %7s  %6s  %6s", "(us)", "(GB/s)", "(GB/s)");
     if (traffic) {
-      titles += format("  %7s  %5s", "traffic", "%peak");
+      titles += format("  %7s  %5s", "traffic", reference_title);
       if (unit.size() < kModeWidth) unit.resize(kModeWidth, ' ');
       unit += format("  %7s", "(GB/s)");
     }

@@ -29,10 +29,12 @@ struct ModeResult {
   double micros = 0, algbw = 0, busbw = 0;  // time: median; GB/s
   std::optional<size_t> wrong;              // nothing when not checked
   std::optional<Error> error;               // the call, or a buffer's write or read, failed
-  // `bench` on cpu groups only: bytes read + written per second by the cpu
-  // plugin's traffic model (memory_bandwidth.hpp), in GB/s, and that as a
-  // percentage of the memory bandwidth probe.
-  std::optional<double> traffic_gbps, peak_percent;
+  // `bench` on cpu and opencl groups only: bytes read + written per second
+  // by the plugins' traffic model (memory_bandwidth.hpp), in GB/s, and that
+  // as a percentage of the reference: the memory bandwidth probe (cpu), or
+  // a copy kernel moving the same bytes on the same device, whose median
+  // time is copy_micros (opencl: the percentage is copy time / this time).
+  std::optional<double> traffic_gbps, peak_percent, copy_micros;
 };
 
 struct Row {
@@ -85,15 +87,16 @@ Result<std::vector<Row>> run_rows(CollectiveRunner &runner, const std::function<
 
 // "# time: median of N calls after W warmup (nccl-tests prints a mean); #wrong: ...".
 void print_timing_note(const WorkloadInfo &entry);
-// nccl-tests' column header (three lines); `traffic` adds the traffic and
-// %peak columns to each mode.
-void print_column_header(bool traffic);
+// nccl-tests' column header (three lines); `traffic` adds the traffic
+// column and the reference's percentage (titled `reference_title`, "%peak"
+// or "%copy") to each mode.
+void print_column_header(bool traffic, const char *reference_title = "%peak");
 // One row: `size count type redop root`, then per mode `time algbw busbw
 // #wrong` (and `traffic %peak`).
 std::string row_line(const WorkloadInfo &entry, const Row &row, bool traffic);
 // {size, count, type, redop, root, out_of_place, in_place}; a mode is null
 // when not run, {"error": ...} when it failed, else {time_us, algbw, busbw,
-// wrong[, traffic_gbps, peak_percent]}.
+// wrong[, traffic_gbps, peak_percent | copy_us, copy_percent]}.
 nlohmann::ordered_json row_json(const WorkloadInfo &entry, const Row &row);
 
 // Totals of some rows: wrong elements, failed modes, and nccl-tests' average
