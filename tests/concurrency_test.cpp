@@ -24,7 +24,7 @@ using backplane::Group;
 using backplane::Host;
 using backplane::Result;
 using backplane::Status;
-using backplane::testing::make_builtin_host;
+using backplane::testing::make_cpu_host;
 
 // One group's buffers and the collectives run on them. Step k picks the
 // collective (all_reduce in place, all_gather, broadcast with a moving
@@ -212,7 +212,7 @@ constexpr std::size_t kCount = 257;
 // Eight threads, each with its own group on two devices of its own (16
 // devices in all), created concurrently and run concurrently.
 TEST(Concurrency, EightThreadsOnDisjointDevices) {
-  Host host = make_builtin_host(R"({"cpu": {"devices": 16}})");
+  Host host = make_cpu_host(R"({"cpu": {"devices": 16}})");
   ASSERT_EQ(host.devices().size(), 16u);
   Failures failures;
   std::latch go(kThreads);
@@ -237,7 +237,7 @@ TEST(Concurrency, EightThreadsOnDisjointDevices) {
 // Eight groups over the same four devices, in different rank orders, each
 // run by its own thread with its own buffers: groups may share devices.
 TEST(Concurrency, EightGroupsSharingDevices) {
-  Host host = make_builtin_host(R"({"cpu": {"devices": 8}})");
+  Host host = make_cpu_host(R"({"cpu": {"devices": 8}})");
   Failures failures;
   std::latch go(kThreads);
   std::vector<std::thread> threads;
@@ -272,7 +272,7 @@ TEST(Concurrency, SeveralHostsAtOnce) {
       for (int round = 0; round < 2; ++round) {
         try {
           const std::size_t devices_wanted = 2 + t;
-          Host host = make_builtin_host(R"({"cpu": {"devices": )" + std::to_string(devices_wanted) + "}}");
+          Host host = make_cpu_host(R"({"cpu": {"devices": )" + std::to_string(devices_wanted) + "}}");
           const std::vector<Device> devices = host.devices();
           if (devices.size() != devices_wanted) {
             failures.add("host " + std::to_string(t) + " has " + std::to_string(devices.size()) +
@@ -295,7 +295,7 @@ TEST(Concurrency, SeveralHostsAtOnce) {
 // bp_run_collective_async), all in flight together, then polled with
 // bp_event_test until complete and waited.
 TEST(Concurrency, AsyncCollectivesInFlightOnSeveralGroups) {
-  Host host = make_builtin_host(R"({"cpu": {"devices": 16}})");
+  Host host = make_cpu_host(R"({"cpu": {"devices": 16}})");
   std::vector<std::vector<Device>> devices;
   std::vector<Group> groups;
   std::vector<Workload> work;
@@ -366,7 +366,7 @@ TEST(Concurrency, AsyncCollectivesInFlightOnSeveralGroups) {
 // Threads start async collectives on their own groups and leave them in
 // flight; the events are waited by the main thread, in reverse order.
 TEST(Concurrency, EventsStartedOnManyThreadsWaitedOnAnother) {
-  Host host = make_builtin_host(R"({"cpu": {"devices": 16}})");
+  Host host = make_cpu_host(R"({"cpu": {"devices": 16}})");
   Failures failures;
   std::vector<std::vector<Device>> devices(kThreads);
   std::vector<Group> groups(kThreads);
@@ -402,7 +402,7 @@ TEST(Concurrency, EventsStartedOnManyThreadsWaitedOnAnother) {
 // Several collectives started back to back on one group, on different
 // buffers, all in flight before the first is waited.
 TEST(Concurrency, SeveralEventsInFlightOnOneGroup) {
-  Host host = make_builtin_host(R"({"cpu": {"devices": 8}})");
+  Host host = make_cpu_host(R"({"cpu": {"devices": 8}})");
   const std::vector<Device> devices = find_devices(host, {0, 1, 2});
   Group group = host.create_group(devices).value();
   std::vector<std::unique_ptr<Workload>> work;
@@ -428,7 +428,7 @@ TEST(Concurrency, SeveralEventsInFlightOnOneGroup) {
 // that code and write nothing; at least one call succeeds, since a refusal
 // means another call holds the group; afterwards the group works.
 TEST(Concurrency, RacingStartsOnOneGroupSucceedOrAreRefused) {
-  Host host = make_builtin_host(R"({"cpu": {"devices": 8}})");
+  Host host = make_cpu_host(R"({"cpu": {"devices": 8}})");
   const std::vector<Device> devices = find_devices(host, {0, 1, 2, 3});
   Group group = host.create_group(devices).value();
   constexpr std::size_t kRacers = 4;
@@ -497,7 +497,7 @@ TEST(Concurrency, RacingStartsOnOneGroupSucceedOrAreRefused) {
 // The host is thread-safe: while four threads run collectives, two others
 // create and destroy groups and buffers and read the host's listings.
 TEST(Concurrency, HostCallsWhileCollectivesRun) {
-  Host host = make_builtin_host(R"({"cpu": {"devices": 8}})");
+  Host host = make_cpu_host(R"({"cpu": {"devices": 8}})");
   Failures failures;
   std::atomic<bool> stop{false};
   std::vector<std::thread> runners, churners;

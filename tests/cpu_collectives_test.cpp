@@ -394,7 +394,7 @@ class Runner {
 
 // One host for the whole binary: creating it per case would only measure the loader.
 Host &shared_host() {
-  static Host host = backplane::testing::make_builtin_host(R"({"cpu": {"devices": 8}})");
+  static Host host = backplane::testing::make_cpu_host(R"({"cpu": {"devices": 8}})");
   return host;
 }
 

@@ -35,7 +35,7 @@ using backplane::Group;
 using backplane::Host;
 using backplane::Result;
 using backplane::Status;
-using backplane::testing::make_builtin_host;
+using backplane::testing::make_cpu_host;
 namespace ref = backplane::reference;
 
 // ---- a busy process -----------------------------------------------------
@@ -117,7 +117,7 @@ std::vector<Device> devices_of(Host &host, std::size_t n) {
 // idle 2-core machine.
 void run_under_contention(std::optional<int> cpu) {
   constexpr std::size_t n = 4, count = (std::size_t{8} << 20) / sizeof(float), iterations = 200;
-  Host host = make_builtin_host(R"({"cpu": {"devices": 4}})");
+  Host host = make_cpu_host(R"({"cpu": {"devices": 4}})");
   std::vector<Device> devices = devices_of(host, n);
   Group group = host.create_group(devices).value();
   std::vector<Buffer> send, recv;
@@ -191,7 +191,7 @@ TEST(CpuContention, AllReduceStaysPromptWhileAnUnpinnedProcessSpins) { run_under
 // Thresholds of 0: every call, however small, is chunked across the pool
 // and written with streaming stores where the alignment allows.
 Host &forced_host() {
-  static Host host = make_builtin_host(
+  static Host host = make_cpu_host(
       R"({"cpu": {"devices": 8, "parallel_threshold_bytes": 0, "streaming_threshold_bytes": 0}})");
   return host;
 }

@@ -70,6 +70,15 @@ Host make_builtin_host(const std::string &plugin_options_json) {
   return make_host({BACKPLANE_TEST_PLUGIN_DIR}, plugin_options_json);
 }
 
+Host make_cpu_host(const std::string &plugin_options_json) {
+  Host host = make_host({}, plugin_options_json);
+  if (Status loaded = host.load_plugin(plugin_path("cpu").string()); !loaded) {
+    ADD_FAILURE() << "loading the cpu plugin failed: " << loaded.error().json();
+    throw Exception(loaded.error());
+  }
+  return host;
+}
+
 std::string system_loader_reason(const std::filesystem::path &file) {
   void *handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle) {

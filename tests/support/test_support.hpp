@@ -42,6 +42,9 @@ Host make_host(const std::vector<std::string> &dirs, const std::string &plugin_o
 
 // A host over the repository's own built plugins only.
 Host make_builtin_host(const std::string &plugin_options_json = "");
+// A host with the build's cpu plugin alone: for tests that count devices or
+// must not depend on which other runtimes (OpenCL, ...) the machine has.
+Host make_cpu_host(const std::string &plugin_options_json = "");
 
 // What the system loader (dlopen) says about `file`, without its "path: "
 // prefix; empty when the file loads.

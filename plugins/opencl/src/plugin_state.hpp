@@ -1,0 +1,195 @@
+// The opencl plugin's handles (state, buffer, comm) and the functions behind
+// its table. Everything here may throw; plugin.cpp is the ABI boundary that
+// stops it.
+#pragma once
+
+#include <CL/cl.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backplane/plugin.h"
+#include "cl_errors.hpp"
+#include "options.hpp"
+
+namespace backplane::opencl {
+
+// A reference to an OpenCL object, released when the holder goes. The
+// plugin keeps every context, queue, program and kernel in one of these.
+template <typename T, cl_int (*Release)(T)>
+class ClHandle {
+ public:
+  ClHandle() = default;
+  explicit ClHandle(T handle) : handle_(handle) {}
+  ~ClHandle() { reset(); }
+  ClHandle(const ClHandle &) = delete;
+  ClHandle &operator=(const ClHandle &) = delete;
+  ClHandle(ClHandle &&other) noexcept : handle_(other.handle_) { other.handle_ = nullptr; }
+  ClHandle &operator=(ClHandle &&other) noexcept {
+    if (this != &other) {
+      reset();
+      handle_ = other.handle_;
+      other.handle_ = nullptr;
+    }
+    return *this;
+  }
+  T get() const { return handle_; }
+  explicit operator bool() const { return handle_ != nullptr; }
+  void reset() {
+    if (handle_ != nullptr) Release(handle_);
+    handle_ = nullptr;
+  }
+
+ private:
+  T handle_ = nullptr;
+};
+using ContextHandle = ClHandle<cl_context, clReleaseContext>;
+using QueueHandle = ClHandle<cl_command_queue, clReleaseCommandQueue>;
+using ProgramHandle = ClHandle<cl_program, clReleaseProgram>;
+using KernelHandle = ClHandle<cl_kernel, clReleaseKernel>;
+using MemHandle = ClHandle<cl_mem, clReleaseMemObject>;
+
+// Comms of up to this many ranks get kernels built for their rank count
+// (kernels/collectives.cl, BP_RANKS); larger ones share generic kernels.
+inline constexpr std::size_t kMaxSpecializedRanks = 8;
+
+// What a device's kernels may use; decides its capability rows and the
+// program's build options.
+struct DeviceFeatures {
+  bool fp64 = false;   // cl_khr_fp64, or a non-zero CL_DEVICE_DOUBLE_FP_CONFIG
+  bool fp16 = false;   // cl_khr_fp16
+  bool int64 = false;  // full profile, or cles_khr_int64
+};
+
+struct Platform;
+
+// One OpenCL device the plugin exposes, device index = position in
+// bp_plugin_state::devices.
+struct Device {
+  cl_device_id id = nullptr;
+  std::size_t platform = 0;  // index into bp_plugin_state::platforms
+  std::string name;          // CL_DEVICE_NAME
+  std::string description;   // one line for device_info
+  std::uint64_t global_memory_bytes = 0;
+  std::uint64_t max_allocation_bytes = 0;  // CL_DEVICE_MAX_MEM_ALLOC_SIZE
+  DeviceFeatures features;
+  // Named facts (device_info's properties), and the pointers handed out.
+  std::vector<std::string> property_keys, property_values;
+  std::vector<const char *> property_key_pointers, property_value_pointers;
+  // This device's capability rows; empty when it runs all its kind declares.
+  std::vector<bp_capability> capabilities;
+  // Buffer writes and reads, and barriers; created with the device.
+  QueueHandle queue;
+  // The device's kernels for comms of n ranks (1..8) at index n, and for
+  // comms of more at index 0: built on the first such comm that computes
+  // on it (program_cache.cpp); guarded by bp_plugin_state::mutex.
+  std::array<ProgramHandle, kMaxSpecializedRanks + 1> programs;
+};
+
+// One platform with at least one exposed device: a single context holds all
+// of them, so any kernel of the platform reads any buffer of it.
+struct Platform {
+  cl_platform_id id = nullptr;
+  std::string name;     // CL_PLATFORM_NAME
+  std::string version;  // CL_PLATFORM_VERSION
+  std::vector<std::size_t> devices;  // indices into bp_plugin_state::devices
+  ContextHandle context;
+};
+
+}  // namespace backplane::opencl
+
+// One per bp_plugin_entry call, so two hosts in one process never share one.
+struct bp_plugin_state {
+  const bp_host_services *services = nullptr;
+
+  // The host is thread-safe, so configure, buffer and comm calls may race;
+  // this guards the fields below. Collectives never take it.
+  std::mutex mutex;
+  backplane::opencl::Options options;
+  // What discovery found under the current options. Replaced only by
+  // configure, while no buffer or comm exists. Devices are held by pointer:
+  // device_info hands out pointers into them.
+  std::vector<backplane::opencl::Platform> platforms;
+  std::vector<std::unique_ptr<backplane::opencl::Device>> devices;
+  // Devices of an earlier configure, kept (without their OpenCL objects)
+  // because the strings device_info handed out stay valid until destroy.
+  std::vector<std::unique_ptr<backplane::opencl::Device>> retired_devices;
+  // kind_info's line: why there is no device, or what was left out.
+  std::string kind_status;
+  // Buffers and comms alive: configure is refused while any exists, since
+  // they hold the current contexts.
+  std::size_t live_objects = 0;
+  // Where program binaries are cached; empty: no cache (program_cache.cpp).
+  std::string cache_directory;
+  bool cache_directory_resolved = false;
+};
+
+// Memory on one device, in its platform's context. `mem` is NULL only when
+// `bytes` is 0 (OpenCL has no empty buffers).
+struct bp_plugin_buffer {
+  backplane::opencl::MemHandle mem;
+  std::size_t bytes = 0;
+  std::uint32_t device = 0;
+};
+
+struct bp_plugin_comm;  // collectives.cpp
+
+namespace backplane::opencl {
+
+inline constexpr const char *kPluginName = "opencl";
+inline constexpr const char *kPluginVersion = "0.1.0";
+inline constexpr const char *kKindName = "opencl";
+
+// Talking back to the host (host_services.cpp). fail() reports `code` with a
+// printf-formatted one-line message and returns the code, for
+// `return fail(...)`; it allocates nothing, so it is safe on the hot path
+// and when memory ran out.
+std::int32_t fail(const bp_host_services *services, bp_error_sink *sink, std::int32_t code,
+                  const char *format, ...) noexcept __attribute__((format(printf, 4, 5)));
+void log(const bp_host_services *services, std::int32_t level, const char *format, ...) noexcept
+    __attribute__((format(printf, 3, 4)));
+// An OpenCL call that returned `status`: "<call>(<what>) on '<device>':
+// CL_OUT_OF_RESOURCES (-5)", with the bp_code cl_status_code() gives.
+std::int32_t fail_cl(const bp_host_services *services, bp_error_sink *sink, cl_int status, const char *call,
+                     const char *what, const char *device) noexcept;
+
+// Checks that `kind` is the plugin's only kind, "opencl" (index 0).
+std::int32_t check_kind(const bp_plugin_state &state, std::uint32_t kind, bp_error_sink *sink) noexcept;
+
+// discovery.cpp: finds platforms and devices under `options`, creates a
+// context per platform and a queue per device. Replaces what the state
+// held; the caller holds the state's mutex.
+void discover(bp_plugin_state &state, const Options &options);
+std::int32_t configure(bp_plugin_state &state, std::uint32_t kind, const char *options_json,
+                       bp_error_sink *sink);
+std::int32_t device_count(bp_plugin_state &state, std::uint32_t kind, std::uint32_t *count,
+                          bp_error_sink *sink);
+std::int32_t device_info(bp_plugin_state &state, std::uint32_t kind, std::uint32_t device,
+                         bp_plugin_device_info *info, bp_error_sink *sink);
+std::int32_t kind_info(bp_plugin_state &state, std::uint32_t kind, bp_plugin_kind_info *info,
+                       bp_error_sink *sink);
+
+// buffers.cpp
+std::int32_t buffer_create(bp_plugin_state &state, std::uint32_t kind, std::uint32_t device,
+                           std::size_t bytes, bp_plugin_buffer **out, bp_error_sink *sink);
+void buffer_destroy(bp_plugin_state &state, bp_plugin_buffer *buffer);
+std::int32_t buffer_write(bp_plugin_state &state, bp_plugin_buffer *buffer, std::size_t offset,
+                          const void *source, std::size_t bytes, bp_error_sink *sink);
+std::int32_t buffer_read(bp_plugin_state &state, const bp_plugin_buffer *buffer, std::size_t offset,
+                         void *destination, std::size_t bytes, bp_error_sink *sink);
+
+// collectives.cpp
+std::int32_t comm_create(bp_plugin_state &state, std::uint32_t kind, const std::uint32_t *devices,
+                         std::size_t device_count, bp_plugin_comm **out, bp_error_sink *sink);
+void comm_destroy(bp_plugin_state &state, bp_plugin_comm *comm);
+std::int32_t comm_info(bp_plugin_state &state, bp_plugin_comm &comm, bp_plugin_comm_info *info,
+                       bp_error_sink *sink);
+std::int32_t collective_start(bp_plugin_state &state, bp_plugin_comm &comm, const bp_collective_args *args,
+                              bp_plugin_request **out, bp_error_sink *sink);
+
+}  // namespace backplane::opencl

@@ -1,0 +1,236 @@
+// Building the kernels, and the on-disk cache of program binaries.
+//
+// The cache lives in BACKPLANE_CACHE_DIR, else $XDG_CACHE_HOME/backplane,
+// else ~/.cache/backplane; one file per (kernel source, build options,
+// platform name and version, device name and version, driver version),
+// named by a 128-bit hash of them. A cache that cannot be created or written
+// is logged once and done without; a binary the driver refuses is rebuilt
+// from source and replaced. Files are written to a temporary name and
+// renamed, so a concurrent process never reads half a binary.
+#include "program_cache.hpp"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <system_error>
+#include <vector>
+
+namespace backplane::opencl {
+namespace {
+
+// Build logs are cut to this many bytes in an error message (the first
+// errors are the ones that explain the rest).
+constexpr std::size_t kBuildLogBytes = 2000;
+
+// FNV-1a, 64 bits, over each part and a separator.
+std::uint64_t fnv1a(std::uint64_t hash, const std::string &text) {
+  for (unsigned char c : text) {
+    hash ^= c;
+    hash *= 0x100000001b3ull;
+  }
+  hash ^= 0xff;  // a byte no part contains, so ("ab","c") and ("a","bc") differ
+  return hash * 0x100000001b3ull;
+}
+
+std::string cache_key(const std::vector<std::string> &parts) {
+  // Two FNV streams from different offsets: 128 bits, so that a collision
+  // (which would load the wrong binary) is not a practical concern.
+  std::uint64_t first = 0xcbf29ce484222325ull;
+  std::uint64_t second = 0x84222325cbf29ce4ull;
+  for (const std::string &part : parts) {
+    first = fnv1a(first, part);
+    second = fnv1a(second, part + "\x01");
+  }
+  char text[33];
+  std::snprintf(text, sizeof text, "%016llx%016llx", static_cast<unsigned long long>(first),
+                static_cast<unsigned long long>(second));
+  return text;
+}
+
+const char *environment(const char *name) {
+  // secure_getenv: a privileged process takes no cache directory (whose
+  // binaries it would run) from its caller's environment.
+  const char *value = secure_getenv(name);
+  return value != nullptr && *value != '\0' ? value : nullptr;
+}
+
+// The cache directory, created if needed; empty when there is none to use.
+// Resolved once per state; the caller holds state.mutex.
+const std::string &cache_directory(bp_plugin_state &state) {
+  if (state.cache_directory_resolved) return state.cache_directory;
+  state.cache_directory_resolved = true;
+  std::filesystem::path directory;
+  if (const char *explicit_directory = environment("BACKPLANE_CACHE_DIR")) {
+    directory = explicit_directory;
+  } else if (const char *xdg = environment("XDG_CACHE_HOME")) {
+    directory = std::filesystem::path(xdg) / "backplane";
+  } else if (const char *home = environment("HOME")) {
+    directory = std::filesystem::path(home) / ".cache" / "backplane";
+  } else {
+    log(state.services, BP_LOG_INFO,
+        "no program cache: none of BACKPLANE_CACHE_DIR, XDG_CACHE_HOME and HOME is set; kernels are compiled in "
+        "every process");
+    return state.cache_directory;
+  }
+  std::error_code error;
+  std::filesystem::create_directories(directory, error);
+  if (error || access(directory.c_str(), W_OK) != 0) {
+    log(state.services, BP_LOG_WARN, "no program cache: cannot create or write '%s' (%s); kernels are compiled in "
+        "every process", directory.c_str(), error ? error.message().c_str() : "not writable");
+    return state.cache_directory;
+  }
+  state.cache_directory = directory.string();
+  return state.cache_directory;
+}
+
+std::string build_log(cl_program program, cl_device_id device) {
+  std::size_t size = 0;
+  if (clGetProgramBuildInfo(program, device, CL_PROGRAM_BUILD_LOG, 0, nullptr, &size) != CL_SUCCESS || size == 0) {
+    return "(no build log)";
+  }
+  std::string text(size, '\0');
+  if (clGetProgramBuildInfo(program, device, CL_PROGRAM_BUILD_LOG, size, text.data(), nullptr) != CL_SUCCESS) {
+    return "(no build log)";
+  }
+  while (!text.empty() && (text.back() == '\0' || text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  if (text.empty()) return "(empty build log)";
+  // One line: the host's messages are one line each.
+  for (char &c : text) {
+    if (c == '\n') c = '|';
+  }
+  if (text.size() > kBuildLogBytes) {
+    const std::size_t cut = text.size() - kBuildLogBytes;
+    text.resize(kBuildLogBytes);
+    text += "... (" + std::to_string(cut) + " more bytes)";
+  }
+  return text;
+}
+
+// A program from a cached binary, built; empty when the file is missing or
+// the driver refuses it (logged at debug, since rebuilding fixes it).
+ProgramHandle load_cached(bp_plugin_state &state, const Device &device, const std::string &file,
+                          const std::string &options) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return {};
+  const std::vector<unsigned char> binary((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (binary.empty()) return {};
+  const Platform &platform = state.platforms[device.platform];
+  const unsigned char *data = binary.data();
+  const std::size_t size = binary.size();
+  cl_int binary_status = CL_SUCCESS;
+  cl_int status = CL_SUCCESS;
+  cl_device_id id = device.id;
+  ProgramHandle program(
+      clCreateProgramWithBinary(platform.context.get(), 1, &id, &size, &data, &binary_status, &status));
+  if (status == CL_SUCCESS && binary_status == CL_SUCCESS) {
+    status = clBuildProgram(program.get(), 1, &id, options.c_str(), nullptr, nullptr);
+  } else if (status == CL_SUCCESS) {
+    status = binary_status;
+  }
+  if (status != CL_SUCCESS) {
+    log(state.services, BP_LOG_DEBUG, "cached program binary %s is not usable on '%s' (%s); building from source",
+        file.c_str(), device.name.c_str(), cl_error_name(status));
+    return {};
+  }
+  return program;
+}
+
+void store_binary(bp_plugin_state &state, const Device &device, cl_program program, const std::string &file) {
+  std::size_t size = 0;
+  if (clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, nullptr) != CL_SUCCESS || size == 0) {
+    log(state.services, BP_LOG_DEBUG, "'%s' gives no program binary; nothing cached", device.name.c_str());
+    return;
+  }
+  std::vector<unsigned char> binary(size);
+  unsigned char *data = binary.data();
+  if (clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof data, &data, nullptr) != CL_SUCCESS) {
+    log(state.services, BP_LOG_DEBUG, "'%s' gives no program binary; nothing cached", device.name.c_str());
+    return;
+  }
+  // Unique per process and call: hosts on several threads may store the
+  // same program at once.
+  static std::atomic<unsigned> stores{0};
+  const std::string temporary = file + ".tmp" + std::to_string(getpid()) + "." + std::to_string(stores++);
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char *>(binary.data()), static_cast<std::streamsize>(binary.size()));
+    if (!out) {
+      log(state.services, BP_LOG_WARN, "cannot write the program cache file %s; going on without it",
+          temporary.c_str());
+      std::error_code ignored;
+      std::filesystem::remove(temporary, ignored);
+      return;
+    }
+  }
+  std::error_code error;
+  std::filesystem::rename(temporary, file, error);
+  if (error) {
+    log(state.services, BP_LOG_WARN, "cannot rename %s to %s (%s); going on without a cached program",
+        temporary.c_str(), file.c_str(), error.message().c_str());
+    std::filesystem::remove(temporary, error);
+  }
+}
+
+}  // namespace
+
+std::string build_options(const DeviceFeatures &features, std::size_t ranks) {
+  return std::string("-cl-std=CL1.2 -DBP_HAVE_FP64=") + (features.fp64 ? "1" : "0") +
+         " -DBP_HAVE_INT64=" + (features.int64 ? "1" : "0") + " -DBP_RANKS=" + std::to_string(ranks);
+}
+
+std::int32_t ensure_program(bp_plugin_state &state, Device &device, std::size_t ranks, bp_error_sink *sink) {
+  ProgramHandle &slot = device.programs[ranks];
+  if (slot) return BP_OK;
+  const Platform &platform = state.platforms[device.platform];
+  const std::string options = build_options(device.features, ranks);
+  const auto started = std::chrono::steady_clock::now();
+
+  std::string file;
+  if (const std::string &directory = cache_directory(state); !directory.empty()) {
+    auto property = [&](const char *key) {
+      for (std::size_t i = 0; i < device.property_keys.size(); ++i) {
+        if (device.property_keys[i] == key) return device.property_values[i];
+      }
+      return std::string();
+    };
+    const std::string key = cache_key({kKernelSource, options, platform.name, platform.version, device.name,
+                                       property("version"), property("driver_version")});
+    file = (std::filesystem::path(directory) / ("opencl-" + key + ".bin")).string();
+    if (ProgramHandle cached = load_cached(state, device, file, options)) {
+      slot = std::move(cached);
+      log(state.services, BP_LOG_DEBUG, "program for '%s' (%s) loaded from the cache: %s", device.name.c_str(),
+          options.c_str(), file.c_str());
+      return BP_OK;
+    }
+  }
+
+  cl_int status = CL_SUCCESS;
+  const char *source = kKernelSource;
+  ProgramHandle program(clCreateProgramWithSource(platform.context.get(), 1, &source, nullptr, &status));
+  if (status != CL_SUCCESS) {
+    return fail_cl(state.services, sink, status, "clCreateProgramWithSource", "collectives.cl", device.name.c_str());
+  }
+  cl_device_id id = device.id;
+  status = clBuildProgram(program.get(), 1, &id, options.c_str(), nullptr, nullptr);
+  if (status != CL_SUCCESS) {
+    const std::string log_text = build_log(program.get(), device.id);
+    return fail(state.services, sink, cl_status_code(status),
+                "clBuildProgram(collectives.cl, %s) on '%s': %s (%d); build log: %s", options.c_str(),
+                device.name.c_str(), cl_error_name(status), static_cast<int>(status), log_text.c_str());
+  }
+  const double milliseconds =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  if (!file.empty()) store_binary(state, device, program.get(), file);
+  log(state.services, BP_LOG_DEBUG, "program for '%s' (%s) built from source in %.0f ms%s%s", device.name.c_str(),
+      options.c_str(), milliseconds, file.empty() ? "" : "; cached as ", file.c_str());
+  slot = std::move(program);
+  return BP_OK;
+}
+
+}  // namespace backplane::opencl
