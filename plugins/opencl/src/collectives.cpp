@@ -46,8 +46,9 @@ namespace {
 constexpr std::size_t kMaxBuffers = 8;
 // A specialised kernel takes every rank's buffer at once.
 static_assert(kMaxSpecializedRanks <= kMaxBuffers);
-// Global work sizes are rounded up to a multiple of this, so that the
-// runtime can pick full work-groups (the kernels skip the items past count).
+// A launch's global size is a multiple of this, so that the runtime can
+// pick full work-groups; the items past the last multiple go in a second
+// launch (Call::launch).
 constexpr std::size_t kWorkGroupMultiple = 256;
 // The copy kernels' units, widest first: copy_u128, copy_u32, copy_u8.
 constexpr std::size_t kCopyUnits[] = {16, 4, 1};
@@ -172,10 +173,21 @@ struct Call {
     return status == CL_SUCCESS ? BP_OK : cl_failed(status, "clSetKernelArg", name);
   }
 
+  // Work items 0..items-1: the whole work-groups in one launch, the rest
+  // in a second one at a global offset (the kernels have no bound test).
   std::int32_t launch(const NamedKernel &kernel, std::size_t items) const {
-    const std::size_t global = (items + kWorkGroupMultiple - 1) / kWorkGroupMultiple * kWorkGroupMultiple;
-    const cl_int status = clEnqueueNDRangeKernel(comm.queue.get(), kernel.kernel.get(), 1, nullptr, &global, nullptr, 0,
-                                                 nullptr, nullptr);
+    const std::size_t whole = items / kWorkGroupMultiple * kWorkGroupMultiple;
+    const std::size_t tail = items - whole;
+    const std::size_t tail_offset = whole;
+    cl_int status = CL_SUCCESS;
+    if (whole != 0) {
+      status = clEnqueueNDRangeKernel(comm.queue.get(), kernel.kernel.get(), 1, nullptr, &whole, nullptr, 0, nullptr,
+                                      nullptr);
+    }
+    if (status == CL_SUCCESS && tail != 0) {
+      status = clEnqueueNDRangeKernel(comm.queue.get(), kernel.kernel.get(), 1, &tail_offset, &tail, nullptr, 0,
+                                      nullptr, nullptr);
+    }
     return status == CL_SUCCESS ? BP_OK : cl_failed(status, "clEnqueueNDRangeKernel", kernel.name.c_str());
   }
 
@@ -198,15 +210,13 @@ struct Call {
                            const Span *outputs, std::size_t output_count) const {
     const cl_uint in_count = static_cast<cl_uint>(input_count);
     const cl_uint out_count = static_cast<cl_uint>(output_count);
-    const cl_ulong count = args.count;
     const cl_uint ranks = static_cast<cl_uint>(n);
     const cl_kernel k = kernel.kernel.get();
     BP_OPENCL_CHECK(set_spans(kernel, 0, inputs, input_count));
     BP_OPENCL_CHECK(set_arg(k, 16, sizeof in_count, &in_count, kernel.name.c_str()));
     BP_OPENCL_CHECK(set_spans(kernel, 17, outputs, output_count));
     BP_OPENCL_CHECK(set_arg(k, 33, sizeof out_count, &out_count, kernel.name.c_str()));
-    BP_OPENCL_CHECK(set_arg(k, 34, sizeof count, &count, kernel.name.c_str()));
-    BP_OPENCL_CHECK(set_arg(k, 35, sizeof ranks, &ranks, kernel.name.c_str()));
+    BP_OPENCL_CHECK(set_arg(k, 34, sizeof ranks, &ranks, kernel.name.c_str()));
     return launch(kernel, args.count);
   }
 
@@ -234,11 +244,9 @@ struct Call {
         out[k] = {outputs[first + k].mem, outputs[first + k].offset / unit};
       }
       const cl_uint batch_pairs = static_cast<cl_uint>(batch);
-      const cl_ulong units = bytes / unit;
       BP_OPENCL_CHECK(set_spans(kernel, 0, in.data(), batch));
       BP_OPENCL_CHECK(set_spans(kernel, 16, out.data(), batch));
       BP_OPENCL_CHECK(set_arg(kernel.kernel.get(), 32, sizeof batch_pairs, &batch_pairs, kernel.name.c_str()));
-      BP_OPENCL_CHECK(set_arg(kernel.kernel.get(), 33, sizeof units, &units, kernel.name.c_str()));
       BP_OPENCL_CHECK(launch(kernel, bytes / unit));
     }
     return BP_OK;
