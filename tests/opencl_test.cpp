@@ -369,13 +369,50 @@ std::vector<CollectiveParam> collective_params() {
   return params;
 }
 
+// Runs `p` on `group` (whose devices are `ranks`) at each of `counts`, on
+// every root of a rooted collective for groups of up to 3 ranks (the first
+// and the last on larger ones). Each result is checked against the
+// reference, and every byte that is not a result must be as staged.
+void expect_matches_reference(Group &group, const std::vector<Device> &ranks, const CollectiveParam &p,
+                              const std::vector<size_t> &counts) {
+  const size_t n = ranks.size();
+  std::vector<uint32_t> roots = {0};
+  if (cli::is_rooted(p.collective) && n > 1) {
+    roots.clear();
+    for (uint32_t root = 0; root < n; root += (n > 3 ? static_cast<uint32_t>(n) - 1 : 1)) roots.push_back(root);
+  }
+  for (size_t count : counts) {
+    for (uint32_t root : roots) {
+      const cli::CollectiveCase c{p.collective, p.dtype, p.op, count, n, root, p.in_place};
+      SCOPED_TRACE("ranks " + std::to_string(n) + ", count " + std::to_string(count) + ", root " +
+                   std::to_string(root));
+      Result<cli::StagedCase> staged = cli::stage_case(c, ranks, std::byte{0xA5}, count + n);
+      ASSERT_TRUE(staged) << staged.error().json();
+      ASSERT_TRUE(cli::write_images(*staged));
+      const Status status = group.run(cli::make_request(*staged));
+      ASSERT_TRUE(status) << status.error().json();
+      Result<std::vector<cli::Comparison>> results = cli::check_results(*staged);
+      ASSERT_TRUE(results) << results.error().json();
+      for (size_t r = 0; r < results->size(); ++r) {
+        const cli::Comparison &cmp = (*results)[r];
+        EXPECT_EQ(cmp.wrong, 0u) << "rank " << r << ": " << cmp.wrong << " wrong, first at " << cmp.first_index
+                                 << ": got " << cmp.got << ", expected " << cmp.expected;
+      }
+      Result<cli::Change> change = cli::find_change(*staged, true);
+      ASSERT_TRUE(change) << change.error().json();
+      EXPECT_FALSE(change->changed) << "rank " << change->rank << " " << change->side << " element "
+                                    << change->element << " changed: " << change->got << " (was "
+                                    << change->expected << ")";
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
 class OpenclCollectives : public ::testing::TestWithParam<CollectiveParam> {};
 
 // Groups of 1, 2 and 3 ranks, and of all kOpenclDevices (past the 8 buffers a
-// kernel takes); counts 0, 1, odd, and one past 64 Ki elements; every root
-// of the rooted collectives on the small groups. Each result is checked
-// against the reference, and every byte that is not a result must be as
-// staged.
+// kernel takes); counts 0, 1, odd, and one past 64 Ki elements (a launch of
+// whole work-groups and a tail).
 TEST_P(OpenclCollectives, MatchesTheReference) {
   const CollectiveParam p = GetParam();
   Host host = make_builtin_host();
@@ -394,36 +431,8 @@ TEST_P(OpenclCollectives, MatchesTheReference) {
     EXPECT_EQ(group->route(), "one OpenCL context (" + property(ranks[0].info().value(), "platform") +
                                   "): device to device");
     const std::vector<size_t> counts = n > 3 ? std::vector<size_t>{1, 4099} : std::vector<size_t>{0, 1, 7, 65537};
-    std::vector<uint32_t> roots = {0};
-    if (cli::is_rooted(p.collective) && n > 1) {
-      roots.clear();
-      for (uint32_t root = 0; root < n; root += (n > 3 ? static_cast<uint32_t>(n) - 1 : 1)) roots.push_back(root);
-    }
-    for (size_t count : counts) {
-      for (uint32_t root : roots) {
-        const cli::CollectiveCase c{p.collective, p.dtype, p.op, count, n, root, p.in_place};
-        SCOPED_TRACE("ranks " + std::to_string(n) + ", count " + std::to_string(count) + ", root " +
-                     std::to_string(root));
-        Result<cli::StagedCase> staged = cli::stage_case(c, ranks, std::byte{0xA5}, count + n);
-        ASSERT_TRUE(staged) << staged.error().json();
-        ASSERT_TRUE(cli::write_images(*staged));
-        const Status status = group->run(cli::make_request(*staged));
-        ASSERT_TRUE(status) << status.error().json();
-        Result<std::vector<cli::Comparison>> results = cli::check_results(*staged);
-        ASSERT_TRUE(results) << results.error().json();
-        for (size_t r = 0; r < results->size(); ++r) {
-          const cli::Comparison &cmp = (*results)[r];
-          EXPECT_EQ(cmp.wrong, 0u) << "rank " << r << ": " << cmp.wrong << " wrong, first at " << cmp.first_index
-                                   << ": got " << cmp.got << ", expected " << cmp.expected;
-        }
-        Result<cli::Change> change = cli::find_change(*staged, true);
-        ASSERT_TRUE(change) << change.error().json();
-        EXPECT_FALSE(change->changed) << "rank " << change->rank << " " << change->side << " element "
-                                      << change->element << " changed: " << change->got << " (was "
-                                      << change->expected << ")";
-        if (HasFailure()) return;
-      }
-    }
+    expect_matches_reference(*group, ranks, p, counts);
+    if (HasFailure()) return;
   }
 }
 
@@ -517,6 +526,37 @@ TEST(OpenclProgramCache, UnwritableDirectoryIsLoggedAndSkipped) {
   });
 }
 
+// A program the driver cannot build (build options that turn the kernels'
+// `kernel` keyword into `int`) fails the group's creation with
+// DEVICE_FAILURE naming clBuildProgram, the options, the status by name
+// and the compiler's own log; nothing is cached, and the host goes on:
+// buffers on the device and the cpu plugin's groups still work.
+TEST(OpenclProgramBuild, FailureIsDeviceFailureWithTheBuildLog) {
+  TempDir cache;
+  with_cache_dir(cache.path().string(), [&] {
+    Host host = make_builtin_host(R"({"opencl": {"build_options": "-Dkernel=int"}})");
+    REQUIRE_OPENCL_DEVICES(host, 1, devices);
+    Result<Group> group = host.create_group(std::span<const Device>(devices.data(), 1));
+    ASSERT_FALSE(group);
+    EXPECT_EQ(group.error().code(), BP_DEVICE_FAILURE) << group.error().json();
+    const std::string message(group.error().message());
+    EXPECT_NE(message.find("clBuildProgram(collectives.cl, -cl-std=CL1.2 "), std::string::npos) << message;
+    EXPECT_NE(message.find(" -Dkernel=int) on '"), std::string::npos) << message;
+    EXPECT_NE(message.find("CL_BUILD_PROGRAM_FAILURE (-11); build log: "), std::string::npos) << message;
+    EXPECT_NE(message.find("error"), std::string::npos) << "the compiler's log says nothing of an error: " << message;
+    EXPECT_EQ(files_in(cache.path()), 0u);
+
+    Buffer buffer = Buffer::create(devices[0], sizeof(float)).value();
+    const float value = 1.5f;
+    float back = 0;
+    ASSERT_TRUE(buffer.write(0, &value, sizeof value));
+    ASSERT_TRUE(buffer.read(0, &back, sizeof back));
+    EXPECT_EQ(back, value);
+    Group cpus = host.create_group(std::vector<Device>{host.find_device("cpu:0").value()}).value();
+    EXPECT_TRUE(cpus.barrier());
+  });
+}
+
 // ---- options -------------------------------------------------------------------------
 
 // Options the plugin refuses: the host comes up without the opencl
@@ -538,7 +578,8 @@ TEST(OpenclOptions, UnknownKeyOrValueIsAConfigErrorNamingWhatIsKnown) {
   bp_code code = BP_OK;
   std::string message = refusal_for_options(R"({"opencl": {"platfrom": "PoCL"}})", &code);
   EXPECT_EQ(code, BP_CONFIG);
-  EXPECT_NE(message.find("unknown key \"platfrom\" (known keys: platform, device_type)"), std::string::npos)
+  EXPECT_NE(message.find("unknown key \"platfrom\" (known keys: platform, device_type, build_options)"),
+            std::string::npos)
       << message;
 
   message = refusal_for_options(R"({"opencl": {"device_type": "fpga"}})", &code);
@@ -577,11 +618,35 @@ TEST(OpenclOptions, FiltersNarrowTheDevicesAndSayWhy) {
   }
 }
 
+// ---- tests in a child process ------------------------------------------------------------
+
+// Runs `test` of this binary in a child process with `extra` added to its
+// environment: the ICD loader reads OCL_ICD_VENDORS, and drivers their own
+// variables, once per process, at its first OpenCL call. Expects the child
+// to exit 0; its failures are in its output.
+void run_in_child(const std::string &test, const std::vector<std::string> &extra) {
+  std::vector<std::string> environment;
+  for (char **entry = environ; *entry != nullptr; ++entry) environment.emplace_back(*entry);
+  environment.insert(environment.end(), extra.begin(), extra.end());
+  std::vector<char *> envp;
+  for (std::string &entry : environment) envp.push_back(entry.data());
+  envp.push_back(nullptr);
+  std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  std::string filter = "--gtest_filter=" + test;
+  char *argv[] = {self.data(), filter.data(), nullptr};
+  pid_t child = 0;
+  ASSERT_EQ(posix_spawn(&child, self.c_str(), nullptr, nullptr, argv, envp.data()), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << test << " failed in the child; its failures are in its output above";
+}
+
 // ---- no platform at all ----------------------------------------------------------------
 
-// Run in a child process of this binary (OCL_ICD_VENDORS is read once per
-// process, at its first OpenCL call): with an empty vendors directory the
-// plugin loads with no device and says why, and the cpu plugin still works.
+// Run in a child process of this binary: with an empty vendors directory
+// the plugin loads with no device and says why, and the cpu plugin still
+// works.
 TEST(OpenclNoPlatformChild, KindStatusSaysWhy) {
   if (std::getenv("BACKPLANE_OPENCL_TEST_NO_PLATFORM_CHILD") == nullptr) {
     GTEST_SKIP() << "runs as a child of OpenclNoPlatform.PluginLoadsWithNoDevice";
@@ -616,22 +681,93 @@ TEST(OpenclNoPlatformChild, KindStatusSaysWhy) {
 
 TEST(OpenclNoPlatform, PluginLoadsWithNoDevice) {
   TempDir vendors;  // no .icd file in it
-  std::vector<std::string> environment;
-  for (char **entry = environ; *entry != nullptr; ++entry) environment.emplace_back(*entry);
-  environment.push_back("OCL_ICD_VENDORS=" + vendors.path().string());
-  environment.push_back("BACKPLANE_OPENCL_TEST_NO_PLATFORM_CHILD=1");
-  std::vector<char *> envp;
-  for (std::string &entry : environment) envp.push_back(entry.data());
-  envp.push_back(nullptr);
-  std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  std::string filter = "--gtest_filter=OpenclNoPlatformChild.KindStatusSaysWhy";
-  char *argv[] = {self.data(), filter.data(), nullptr};
-  pid_t child = 0;
-  ASSERT_EQ(posix_spawn(&child, self.c_str(), nullptr, nullptr, argv, envp.data()), 0);
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's failures are in its output above";
+  run_in_child("OpenclNoPlatformChild.KindStatusSaysWhy",
+               {"OCL_ICD_VENDORS=" + vendors.path().string(), "BACKPLANE_OPENCL_TEST_NO_PLATFORM_CHILD=1"});
+}
+
+// ---- ranks on two platforms -------------------------------------------------------------
+
+// A second platform on a machine without a GPU: Mesa's rusticl driving
+// llvmpipe (mesa-opencl-icd), which shows its device only when asked.
+constexpr const char *kRusticlIcd = "/etc/OpenCL/vendors/rusticl.icd";
+constexpr const char *kRusticlEnable = "RUSTICL_ENABLE=llvmpipe";
+
+// Run in a child process with rusticl's device enabled, beside PoCL's: a
+// group whose ranks are on two platforms has no context holding them all,
+// so its data goes through host memory (and its route says so); it runs
+// every collective right, and gets the intersection of its devices' rows.
+TEST(OpenclTwoPlatformsChild, EveryCollectiveThroughHostMemory) {
+  if (std::getenv("BACKPLANE_OPENCL_TEST_TWO_PLATFORMS_CHILD") == nullptr) {
+    GTEST_SKIP() << "runs as a child of OpenclTwoPlatforms.GroupsAcrossPlatformsGoThroughHostMemory";
+  }
+  Host host = make_builtin_host();
+  const std::vector<Device> devices = opencl_devices(host);
+  std::vector<Device> first_platform, other_platform;
+  std::string first_name, other_name;
+  for (const Device &device : devices) {
+    const std::string platform = property(device.info().value(), "platform");
+    if (first_name.empty()) first_name = platform;
+    if (platform == first_name) {
+      first_platform.push_back(device);
+    } else if (other_name.empty() || platform == other_name) {
+      other_name = platform;
+      other_platform.push_back(device);
+    }
+  }
+  ASSERT_GE(first_platform.size(), 2u) << kind_status(host);
+  ASSERT_FALSE(other_platform.empty()) << "only one platform has devices: " << kind_status(host);
+
+  // The lead (rank 0) on either platform, and a foreign rank among two of the lead's.
+  const std::vector<std::vector<Device>> groups = {{first_platform[0], other_platform[0]},
+                                                   {other_platform[0], first_platform[1], first_platform[0]}};
+  for (const std::vector<Device> &ranks : groups) {
+    Result<Group> group = host.create_group(ranks);
+    ASSERT_TRUE(group) << group.error().json();
+    const std::string lead = property(ranks[0].info().value(), "platform");
+    const std::string other = lead == first_name ? other_name : first_name;
+    EXPECT_EQ(group->route(),
+              "through host memory: ranks on different OpenCL platforms (" + lead + ", " + other + ")");
+    for (const CollectiveParam &p : collective_params()) {
+      const bool both_have_it = group->check(p.collective, p.dtype, p.op).ok();
+      if (!both_have_it) continue;  // f64 where a platform lacks it, asserted below
+      SCOPED_TRACE(param_name(::testing::TestParamInfo<CollectiveParam>(p, 0)) + " on " + std::to_string(ranks.size()) +
+                   " ranks, lead on " + lead);
+      expect_matches_reference(*group, ranks, p, {0, 1, 7, 65537});
+      if (HasFailure()) return;
+    }
+  }
+
+  // Capabilities: the group has what both devices have. A device without
+  // fp64 leaves a mixed group without f64, naming that device; a group of
+  // the other platform's devices alone keeps what they have.
+  for (const Device &device : devices) {
+    if (property(device.info().value(), "fp64") != "no") continue;
+    const Device &partner = property(device.info().value(), "platform") == first_name ? other_platform[0]
+                                                                                      : first_platform[0];
+    if (property(partner.info().value(), "fp64") != "yes") continue;
+    Group mixed = host.create_group(std::vector<Device>{partner, device}).value();
+    const Status refused = mixed.check(BP_ALL_REDUCE, BP_F64, BP_SUM);
+    ASSERT_FALSE(refused);
+    EXPECT_EQ(refused.error().code(), BP_UNSUPPORTED_DEVICE) << refused.error().json();
+    const std::string device_name = "'opencl:" + std::to_string(device.info().value().index) + "'";
+    EXPECT_NE(std::string(refused.error().message()).find(device_name), std::string::npos)
+        << refused.error().message();
+    Group alone = host.create_group(std::vector<Device>{partner}).value();
+    EXPECT_TRUE(alone.check(BP_ALL_REDUCE, BP_F64, BP_SUM)) << alone.check(BP_ALL_REDUCE, BP_F64, BP_SUM).error().json();
+    return;
+  }
+  ADD_FAILURE() << "no device without fp64 beside one with it: the intersection is not tested";
+}
+
+TEST(OpenclTwoPlatforms, GroupsAcrossPlatformsGoThroughHostMemory) {
+  if (!std::filesystem::exists(kRusticlIcd)) {
+    const std::string why = std::string("needs a second OpenCL platform: ") + kRusticlIcd +
+                            " is missing (install mesa-opencl-icd)";
+    if (opencl_required()) FAIL() << why << "; BACKPLANE_REQUIRE_OPENCL=1";
+    GTEST_SKIP() << why;
+  }
+  run_in_child("OpenclTwoPlatformsChild.EveryCollectiveThroughHostMemory",
+               {kRusticlEnable, "BACKPLANE_OPENCL_TEST_TWO_PLATFORMS_CHILD=1"});
 }
 
 // ---- conformance -----------------------------------------------------------------------

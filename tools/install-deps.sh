@@ -15,6 +15,9 @@ packages=(
   # the OpenCL plugin: the Khronos ICD loader and headers; PoCL is the
   # OpenCL device the tests run on (a CPU device), clinfo to look at it
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
+  # a second OpenCL platform for the tests of groups across platforms:
+  # Mesa's rusticl, whose llvmpipe device shows with RUSTICL_ENABLE=llvmpipe
+  mesa-opencl-icd
   # tests and micro-benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # comparisons and plots (tools/bench/compare, a project of its own: the

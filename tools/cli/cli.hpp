@@ -107,6 +107,7 @@ struct BenchOptions {
   std::string dtype = "float", op = "sum";           // -d, -o
   uint32_t root = 0;                                 // -r
   uint32_t iterations = 20, warmup = 5;              // -n, -w
+  uint32_t rounds = 1;                               // --rounds: timings per size and mode, the median reported
   uint32_t check = 1;                                // -c: 0 = no check
   bool json = false;
 };

@@ -390,8 +390,9 @@ int run_bench(const GlobalOptions &options, const BenchOptions &bench) {
   if (!bench.json && any_runs) {
     std::printf("# backplane bench %s: group %s (%s), plugin %s\n", bench.collective.c_str(),
                 setup.group_label.c_str(), described->device_text().c_str(), described->plugin_text().c_str());
-    std::printf("# nRanks %zu %s warmup iters: %u iters: %u validation: %d\n", n,
-                sweep_text(bench, *sweep).c_str(), bench.warmup, bench.iterations, bench.check ? 1 : 0);
+    std::printf("# nRanks %zu %s warmup iters: %u iters: %u validation: %d rounds: %u\n", n,
+                sweep_text(bench, *sweep).c_str(), bench.warmup, bench.iterations, bench.check ? 1 : 0,
+                bench.rounds);
     if (probe) {
       std::printf("# memory bandwidth probe: %.1f GB/s read+written (memcpy, %u thread%s, %s)\n", probe->gbps,
                   probe->threads, probe->threads == 1 ? "" : "s", format_bytes(probe->bytes).c_str());
@@ -400,7 +401,7 @@ int run_bench(const GlobalOptions &options, const BenchOptions &bench) {
     }
     if (copy_kernel) {
       std::printf("# copy kernel: out[i] = in[i] on %s, moving each row's traffic bytes (half read, half "
-                  "written), median of the same iterations\n",
+                  "written), median of the same iterations, timed right after the collective in every round\n",
                   copy_kernel->label().c_str());
       std::printf("# traffic: bytes read + written per second, each input read once and each output written once; "
                   "%%copy: copy kernel time / collective time\n");
@@ -445,6 +446,7 @@ int run_bench(const GlobalOptions &options, const BenchOptions &bench) {
                                                       {"version", described->plugins[0].version}};
     out["iterations"] = bench.iterations;
     out["warmup"] = bench.warmup;
+    out["rounds"] = bench.rounds;
     out["check"] = entry.check && !barrier;
     out["time"] = "median";
 
@@ -467,6 +469,24 @@ int run_bench(const GlobalOptions &options, const BenchOptions &bench) {
       print_timing_note(entry);
       print_column_header(traffic, copy_kernel ? "%copy" : "%peak");
     }
+    RowTiming timing;
+    timing.rounds = bench.rounds;
+    bool copy_kernel_failed = false;
+    if (copy_kernel && !barrier) {
+      timing.reference = [&](size_t count, bool in_place) -> std::optional<double> {
+        const uint64_t bytes = traffic_bytes(collective, n, count, bp_dtype_size(*dtype), in_place);
+        try {
+          return copy_kernel->time_copy(bytes, bench.iterations, bench.warmup);
+        } catch (const std::exception &e) {
+          // Past the device's allocation limit, say: the row stands without it.
+          if (!copy_kernel_failed)
+            std::fprintf(stderr, "note: no copy-kernel time for %llu bytes: %s\n",
+                         static_cast<unsigned long long>(bytes), e.what());
+          copy_kernel_failed = true;
+          return std::nullopt;
+        }
+      };
+    }
     Result<std::vector<Row>> rows = run_rows(runner, [&](Row &row) {
       if (traffic) {
         const size_t count = barrier ? 0 : row.count / runner.blocks();
@@ -475,24 +495,16 @@ int run_bench(const GlobalOptions &options, const BenchOptions &bench) {
           if (!mode.requested || mode.error || mode.micros <= 0) continue;
           const uint64_t bytes = traffic_bytes(collective, n, count, bp_dtype_size(*dtype), in_place);
           mode.traffic_gbps = static_cast<double>(bytes) / (mode.micros * 1e3);
-          if (probe) {
+          if (probe)
             mode.peak_percent = probe->gbps > 0 ? *mode.traffic_gbps / probe->gbps * 100 : 0;
-            continue;
-          }
-          try {
-            mode.copy_micros = copy_kernel->time_copy(bytes, bench.iterations, bench.warmup);
+          else if (mode.copy_micros)
             mode.peak_percent = *mode.copy_micros / mode.micros * 100;
-          } catch (const std::exception &e) {
-            // Past the device's allocation limit, say: the row stands without it.
-            std::fprintf(stderr, "note: no copy-kernel time for %llu bytes: %s\n",
-                         static_cast<unsigned long long>(bytes), e.what());
-          }
         }
       }
       if (bench.json) return;
       std::printf("%s\n", row_line(entry, row, traffic).c_str());
       std::fflush(stdout);
-    });
+    }, timing);
     if (!rows) {
       print_error(rows.error());
       ++total.errors;

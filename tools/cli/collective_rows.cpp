@@ -247,7 +247,26 @@ CollectiveCase CollectiveRunner::make_case(size_t count, bool in_place) const {
   return {entry_.collective, entry_.dtype, entry_.reduce_op, count, ranks_.size(), entry_.root, in_place};
 }
 
-Result<std::vector<Row>> run_rows(CollectiveRunner &runner, const std::function<void(Row &)> &on_row) {
+namespace {
+
+// The round of median time (of the lower two for an even count); a failed
+// round, if any, stands for the mode; a wrong result in any round counts.
+ModeResult median_round(std::vector<ModeResult> rounds) {
+  for (ModeResult &round : rounds)
+    if (round.error) return std::move(round);
+  std::vector<size_t> order(rounds.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return rounds[a].micros < rounds[b].micros; });
+  ModeResult chosen = std::move(rounds[order[(order.size() - 1) / 2]]);
+  for (const ModeResult &round : rounds)
+    if (round.wrong && (!chosen.wrong || *round.wrong > *chosen.wrong)) chosen.wrong = round.wrong;
+  return chosen;
+}
+
+}  // namespace
+
+Result<std::vector<Row>> run_rows(CollectiveRunner &runner, const std::function<void(Row &)> &on_row,
+                                  const RowTiming &timing) {
   const WorkloadInfo &entry = runner.entry();
   std::vector<Row> rows;
   // A call that fails says why on stderr; its row says "error".
@@ -273,8 +292,22 @@ Result<std::vector<Row>> run_rows(CollectiveRunner &runner, const std::function<
     std::vector<std::vector<std::byte>> contributions;
     for (size_t r = 0; r < runner.ranks(); ++r)
       contributions.push_back(make_contribution(runner.make_case(count, false), r));
-    if (entry.modes & BP_WORKLOAD_OUT_OF_PLACE) report(row.modes[0] = runner.run(count, false, contributions));
-    if (entry.modes & BP_WORKLOAD_IN_PLACE) report(row.modes[1] = runner.run(count, true, contributions));
+    std::vector<ModeResult> rounds[2];
+    std::vector<double> reference_micros[2];
+    for (unsigned round = 0; round < std::max(1u, timing.rounds); ++round) {
+      for (bool in_place : {false, true}) {
+        if (!(entry.modes & (in_place ? BP_WORKLOAD_IN_PLACE : BP_WORKLOAD_OUT_OF_PLACE))) continue;
+        ModeResult mode = runner.run(count, in_place, contributions);
+        if (timing.reference && !mode.error)
+          if (std::optional<double> micros = timing.reference(count, in_place)) reference_micros[in_place].push_back(*micros);
+        rounds[in_place].push_back(std::move(mode));
+      }
+    }
+    for (int m = 0; m < 2; ++m) {
+      if (rounds[m].empty()) continue;
+      report(row.modes[m] = median_round(std::move(rounds[m])));
+      if (!reference_micros[m].empty()) row.modes[m].copy_micros = median(reference_micros[m]);
+    }
     if (on_row) on_row(row);
     rows.push_back(std::move(row));
   }

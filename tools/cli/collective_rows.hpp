@@ -77,11 +77,25 @@ class CollectiveRunner {
   std::vector<Buffer> first_, second_;  // per rank; an empty Buffer where the rank needs none
 };
 
+// How run_rows times each size.
+struct RowTiming {
+  // Each mode of a size is timed this many times, the modes (and the
+  // reference) taking turns, and reported by the round of median time: on
+  // a shared machine a burst of other work then spoils one round, not the
+  // row, and a mode and its reference see the same moments of the machine.
+  unsigned rounds = 1;
+  // Times a reference right after each timing of a mode (bench's copy
+  // kernel on opencl groups), in microseconds, or nothing where it has none
+  // for that size; its median over the rounds is ModeResult::copy_micros.
+  std::function<std::optional<double>(size_t count, bool in_place)> reference;
+};
+
 // Every size of the runner's entry (one row for a barrier), each mode the
 // entry asks for. `on_row` sees each row as it completes, to print progress
 // or add columns. A failed allocation is the error; a failed call is in its
 // row (ModeResult::error), after print_error() on stderr.
-Result<std::vector<Row>> run_rows(CollectiveRunner &runner, const std::function<void(Row &)> &on_row = {});
+Result<std::vector<Row>> run_rows(CollectiveRunner &runner, const std::function<void(Row &)> &on_row = {},
+                                  const RowTiming &timing = {});
 
 // ---- output ------------------------------------------------------------
 

@@ -95,6 +95,11 @@ int main(int argc, char **argv) {
       ->capture_default_str();
   bench->add_option("-n,--iters", bench_options.iterations, "Timed calls per size and mode")->capture_default_str();
   bench->add_option("-w,--warmup_iters", bench_options.warmup, "Untimed calls before them")->capture_default_str();
+  bench->add_option("--rounds", bench_options.rounds,
+                    "Time each size and mode this many times, taking turns with the reference (opencl: the copy "
+                    "kernel), and report the round of median time")
+      ->check(CLI::Range(1u, 1000u))
+      ->capture_default_str();
   bench->add_option("-c,--check", bench_options.check, "Check the last call against the reference (0: do not)")
       ->capture_default_str();
   bench->add_flag("--json", bench_options.json, "Print JSON (a list of results for `all`)");

@@ -321,11 +321,10 @@ std::int32_t configure(bp_plugin_state &state, std::uint32_t kind, const char *o
   if (!options) return fail(state.services, sink, BP_CONFIG, "opencl options: %s", error.c_str());
 
   std::lock_guard<std::mutex> lock(state.mutex);
-  const bool same = options->platform == state.options.platform && options->device_type == state.options.device_type;
-  if (same) return BP_OK;
+  if (*options == state.options) return BP_OK;
   if (state.live_objects != 0) {
     return fail(state.services, sink, BP_CONFIG,
-                "opencl options: cannot change the platform or device_type filter while %zu buffers or groups of "
+                "opencl options: cannot change the options while %zu buffers or groups of "
                 "opencl devices exist; configure before creating any",
                 state.live_objects);
   }

@@ -10,7 +10,7 @@
 namespace backplane::opencl {
 namespace {
 
-constexpr const char *kKnownKeys = "platform, device_type";
+constexpr const char *kKnownKeys = "platform, device_type, build_options";
 constexpr const char *kDeviceTypes = "\"all\", \"cpu\", \"gpu\", \"accelerator\"";
 
 class OptionsParser {
@@ -21,6 +21,7 @@ class OptionsParser {
     Options options;
     bool seen_platform = false;
     bool seen_device_type = false;
+    bool seen_build_options = false;
     skip_space();
     if (!consume('{')) return error_at("expected a JSON object starting with '{'");
     skip_space();
@@ -52,6 +53,10 @@ class OptionsParser {
         } else {
           return fail_with("\"device_type\" is \"" + shown(value) + "\", not one of " + kDeviceTypes);
         }
+      } else if (key == "build_options") {
+        if (seen_build_options) return error_at("key \"build_options\" appears twice");
+        seen_build_options = true;
+        if (!parse_string_value("build_options", options.build_options)) return std::nullopt;
       } else {
         return fail_with("unknown key \"" + shown(key) + "\" (known keys: " + kKnownKeys + ")");
       }

@@ -1,4 +1,5 @@
-// The opencl kind's options: {"platform": "Portable", "device_type": "gpu"}.
+// The opencl kind's options: {"platform": "Portable", "device_type": "gpu",
+// "build_options": "-cl-mad-enable"}.
 #pragma once
 
 #include <optional>
@@ -14,6 +15,11 @@ struct Options {
   // empty: every platform.
   std::string platform;
   DeviceTypeFilter device_type = DeviceTypeFilter::all;
+  // Appended to the plugin's own options of every clBuildProgram (and so
+  // part of the program cache's key).
+  std::string build_options;
+
+  bool operator==(const Options &) const = default;
 };
 
 const char *device_type_filter_name(DeviceTypeFilter filter) noexcept;

@@ -179,16 +179,18 @@ void store_binary(bp_plugin_state &state, const Device &device, cl_program progr
 
 }  // namespace
 
-std::string build_options(const DeviceFeatures &features, std::size_t ranks) {
-  return std::string("-cl-std=CL1.2 -DBP_HAVE_FP64=") + (features.fp64 ? "1" : "0") +
-         " -DBP_HAVE_INT64=" + (features.int64 ? "1" : "0") + " -DBP_RANKS=" + std::to_string(ranks);
+std::string build_options(const DeviceFeatures &features, std::size_t ranks, const std::string &users) {
+  std::string options = std::string("-cl-std=CL1.2 -DBP_HAVE_FP64=") + (features.fp64 ? "1" : "0") +
+                        " -DBP_HAVE_INT64=" + (features.int64 ? "1" : "0") + " -DBP_RANKS=" + std::to_string(ranks);
+  if (!users.empty()) options += " " + users;
+  return options;
 }
 
 std::int32_t ensure_program(bp_plugin_state &state, Device &device, std::size_t ranks, bp_error_sink *sink) {
   ProgramHandle &slot = device.programs[ranks];
   if (slot) return BP_OK;
   const Platform &platform = state.platforms[device.platform];
-  const std::string options = build_options(device.features, ranks);
+  const std::string options = build_options(device.features, ranks, state.options.build_options);
   const auto started = std::chrono::steady_clock::now();
 
   std::string file;

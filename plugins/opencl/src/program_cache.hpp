@@ -15,8 +15,8 @@ extern const char *const kKernelSource;
 
 // The build options for a device with `features` and comms of `ranks`
 // ranks (1..kMaxSpecializedRanks, or 0 for more): -cl-std=CL1.2 and the
-// BP_* macros the kernels test.
-std::string build_options(const DeviceFeatures &features, std::size_t ranks);
+// BP_* macros the kernels test, then the user's own (the options' build_options).
+std::string build_options(const DeviceFeatures &features, std::size_t ranks, const std::string &users);
 
 // Makes sure device.programs[ranks] holds the built kernels: loaded from
 // the cache when a binary for this (source, options, platform, device,
