@@ -204,18 +204,8 @@ struct Roles {
 };
 
 Roles roles(bp_collective c, std::size_t n, std::size_t count, bool is_root) {
-  const std::size_t all = count * n;
-  switch (c) {
-    case BP_ALL_REDUCE: return {true, true, count, count};
-    case BP_REDUCE: return {true, is_root, count, count};
-    case BP_BROADCAST: return {is_root, true, count, count};
-    case BP_ALL_GATHER: return {true, true, count, all};
-    case BP_REDUCE_SCATTER: return {true, true, all, count};
-    case BP_GATHER: return {true, is_root, count, all};
-    case BP_SCATTER: return {is_root, true, all, count};
-    case BP_ALL_TO_ALL: return {true, true, all, all};
-    default: return {false, false, 0, 0};
-  }
+  const bp_rank_buffers use = bp_rank_buffers_of(c, n, is_root);
+  return {use.uses_send, use.uses_recv, use.send_blocks * count, use.recv_blocks * count};
 }
 
 enum class Placement { out_of_place, in_place, mixed };

@@ -173,26 +173,6 @@ bool buffer_fits(const bp_group &group, size_t rank, const bp_buffer *buffer, si
                      std::to_string(request.count) + " " + dtype_name(request.dtype) + " elements");
 }
 
-// Whether a rank's send/recv buffer takes part, and how many bytes it needs.
-struct RankUse {
-  bool send, recv;
-  size_t send_bytes, recv_bytes;
-};
-
-RankUse rank_use(uint32_t collective, bool is_root, size_t block, size_t all_blocks) {
-  switch (collective) {
-    case BP_ALL_REDUCE: return {true, true, block, block};
-    case BP_REDUCE: return {true, is_root, block, block};
-    case BP_BROADCAST: return {is_root, true, block, block};
-    case BP_ALL_GATHER: return {true, true, block, all_blocks};
-    case BP_REDUCE_SCATTER: return {true, true, all_blocks, block};
-    case BP_GATHER: return {true, is_root, block, all_blocks};
-    case BP_SCATTER: return {is_root, true, all_blocks, block};
-    case BP_ALL_TO_ALL: return {true, true, all_blocks, all_blocks};
-    default: return {false, false, 0, 0};
-  }
-}
-
 // The enum values a caller passed, before anything indexes a table by them.
 bool enums_valid(uint32_t collective, uint32_t dtype, uint32_t op) {
   return collective < BP_COLLECTIVE_COUNT && (collective == BP_BARRIER || dtype < BP_DTYPE_COUNT) &&
@@ -250,15 +230,18 @@ Status check_arguments(bp_group &group, const bp_collective_request &request, ui
       __builtin_mul_overflow(block, ranks, &all_blocks)) [[unlikely]]
     return overflow_error(group, request);
   for (size_t rank = 0; rank < ranks; ++rank) {
-    const RankUse use = rank_use(collective, rank == request.root, block, all_blocks);
+    const bp_rank_buffers use = bp_rank_buffers_of(collective, ranks, rank == request.root);
+    // Blocks are 1 or `ranks`, so neither product overflows once all_blocks did not.
+    const size_t send_bytes = use.send_blocks == 1 ? block : all_blocks;
+    const size_t recv_bytes = use.recv_blocks == 1 ? block : all_blocks;
     bp_buffer *send = request.send[rank], *recv = request.recv[rank];
-    if (use.send && !buffer_fits(group, rank, send, use.send_bytes)) [[unlikely]]
-      return buffer_error(group, request, "send", rank, send, use.send_bytes);
-    if (use.recv && !buffer_fits(group, rank, recv, use.recv_bytes)) [[unlikely]]
-      return buffer_error(group, request, "recv", rank, recv, use.recv_bytes);
-    group.send_handles[rank] = use.send ? send->handle : nullptr;
-    group.recv_handles[rank] = use.recv ? recv->handle : nullptr;
-    if (use.send && use.recv) *mode_flags |= send == recv ? BP_CAPABILITY_IN_PLACE : BP_CAPABILITY_OUT_OF_PLACE;
+    if (use.uses_send && !buffer_fits(group, rank, send, send_bytes)) [[unlikely]]
+      return buffer_error(group, request, "send", rank, send, send_bytes);
+    if (use.uses_recv && !buffer_fits(group, rank, recv, recv_bytes)) [[unlikely]]
+      return buffer_error(group, request, "recv", rank, recv, recv_bytes);
+    group.send_handles[rank] = use.uses_send ? send->handle : nullptr;
+    group.recv_handles[rank] = use.uses_recv ? recv->handle : nullptr;
+    if (use.uses_send && use.uses_recv) *mode_flags |= send == recv ? BP_CAPABILITY_IN_PLACE : BP_CAPABILITY_OUT_OF_PLACE;
   }
   return {};
 }

@@ -247,48 +247,14 @@ size_t blocks_per_buffer(bp_collective collective, size_t ranks) {
 }
 
 RankLayout rank_layout(const CollectiveCase &c, size_t rank) {
-  const size_t count = c.count, all = c.count * c.ranks;
-  const bool root = rank == c.root;
+  const size_t count = c.count;
+  // Out of place, a rank contributes all of its send buffer and checks all of its recv.
+  const bp_rank_buffers use = bp_rank_buffers_of(c.collective, c.ranks, rank == c.root);
   RankLayout l;
-  // Out of place first: {has_send, has_recv, send, recv, contribution, result}.
-  auto set = [&l](bool has_send, bool has_recv, size_t send, size_t recv, size_t contribution, size_t result) {
-    l.has_send = has_send;
-    l.has_recv = has_recv;
-    l.send = send;
-    l.recv = recv;
-    l.contribution = contribution;
-    l.result = result;
-  };
-  switch (c.collective) {
-    case BP_COLLECTIVE_MAX_ENUM:  // not a value; handled after the switch
-      break;
-    case BP_ALL_REDUCE:
-      set(true, true, count, count, count, count);
-      break;
-    case BP_REDUCE:
-      set(true, root, count, root ? count : 0, count, root ? count : 0);
-      break;
-    case BP_BROADCAST:
-      set(root, true, root ? count : 0, count, root ? count : 0, count);
-      break;
-    case BP_ALL_GATHER:
-      set(true, true, count, all, count, all);
-      break;
-    case BP_REDUCE_SCATTER:
-      set(true, true, all, count, all, count);
-      break;
-    case BP_GATHER:
-      set(true, root, count, root ? all : 0, count, root ? all : 0);
-      break;
-    case BP_SCATTER:
-      set(root, true, root ? all : 0, count, root ? all : 0, count);
-      break;
-    case BP_ALL_TO_ALL:
-      set(true, true, all, all, all, all);
-      break;
-    case BP_BARRIER:
-      break;
-  }
+  l.has_send = use.uses_send;
+  l.has_recv = use.uses_recv;
+  l.send = l.contribution = use.uses_send ? use.send_blocks * count : 0;
+  l.recv = l.result = use.uses_recv ? use.recv_blocks * count : 0;
   if (c.in_place && l.has_send && l.has_recv) {
     l.in_place = true;
     l.send = l.recv = std::max(l.send, l.recv);

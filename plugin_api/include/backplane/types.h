@@ -4,6 +4,7 @@
 #ifndef BACKPLANE_TYPES_H
 #define BACKPLANE_TYPES_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -95,6 +96,32 @@ typedef enum bp_collective {
   BP_COLLECTIVE_MAX_ENUM = 0x7FFFFFFF
 } bp_collective;
 #define BP_COLLECTIVE_COUNT 9
+
+/* The table above as code, for the host, plugins and tests alike: which of
+ * a rank's buffers a collective uses, and how many blocks of `count`
+ * elements each must hold (1, or `ranks` = n). `collective` may be any
+ * value: barrier and values out of range use neither buffer. A value type
+ * returned by an inline function, never passed across either ABI. */
+typedef struct bp_rank_buffers {
+  bool uses_send, uses_recv;
+  size_t send_blocks, recv_blocks;
+} bp_rank_buffers;
+
+static inline bp_rank_buffers bp_rank_buffers_of(uint32_t collective, size_t ranks, bool is_root) {
+  bp_rank_buffers use = {false, false, 1, 1};
+  switch (collective) {
+    case BP_ALL_REDUCE: use.uses_send = use.uses_recv = true; break;
+    case BP_REDUCE: use.uses_send = true; use.uses_recv = is_root; break;
+    case BP_BROADCAST: use.uses_send = is_root; use.uses_recv = true; break;
+    case BP_ALL_GATHER: use.uses_send = use.uses_recv = true; use.recv_blocks = ranks; break;
+    case BP_REDUCE_SCATTER: use.uses_send = use.uses_recv = true; use.send_blocks = ranks; break;
+    case BP_GATHER: use.uses_send = true; use.uses_recv = is_root; use.recv_blocks = ranks; break;
+    case BP_SCATTER: use.uses_send = is_root; use.uses_recv = true; use.send_blocks = ranks; break;
+    case BP_ALL_TO_ALL: use.uses_send = use.uses_recv = true; use.send_blocks = use.recv_blocks = ranks; break;
+    default: use.send_blocks = use.recv_blocks = 0; break;
+  }
+  return use;
+}
 
 /* Capability flags. */
 #define BP_CAPABILITY_IN_PLACE 0x1u     /* send[r] == recv[r] accepted */

@@ -72,27 +72,6 @@ struct Span {
   std::size_t offset = 0;
 };
 
-// One rank's buffers as the call uses them: whether it passes send and
-// recv, and the bytes of each it needs (types.h's table).
-struct RankUse {
-  bool send = false, recv = false;
-  std::size_t send_bytes = 0, recv_bytes = 0;
-};
-
-RankUse rank_use(std::uint32_t collective, bool is_root, std::size_t block, std::size_t all_blocks) {
-  switch (collective) {
-    case BP_ALL_REDUCE: return {true, true, block, block};
-    case BP_REDUCE: return {true, is_root, block, block};
-    case BP_BROADCAST: return {is_root, true, block, block};
-    case BP_ALL_GATHER: return {true, true, block, all_blocks};
-    case BP_REDUCE_SCATTER: return {true, true, all_blocks, block};
-    case BP_GATHER: return {true, is_root, block, all_blocks};
-    case BP_SCATTER: return {is_root, true, all_blocks, block};
-    case BP_ALL_TO_ALL: return {true, true, all_blocks, all_blocks};
-    default: return {};
-  }
-}
-
 }  // namespace
 }  // namespace backplane::opencl
 
@@ -304,9 +283,10 @@ struct Call {
 std::int32_t check_buffers(const Call &c) {
   if (c.args.collective == BP_BARRIER) return BP_OK;
   for (std::size_t r = 0; r < c.n; ++r) {
-    const RankUse use = rank_use(c.args.collective, r == c.args.root, c.block, c.block * c.n);
-    const std::pair<bool, const bp_plugin_buffer *> sides[] = {{use.send, c.args.send[r]}, {use.recv, c.args.recv[r]}};
-    const std::size_t needed[] = {use.send_bytes, use.recv_bytes};
+    const bp_rank_buffers use = bp_rank_buffers_of(c.args.collective, c.n, r == c.args.root);
+    const std::pair<bool, const bp_plugin_buffer *> sides[] = {{use.uses_send, c.args.send[r]},
+                                                               {use.uses_recv, c.args.recv[r]}};
+    const std::size_t needed[] = {use.send_blocks * c.block, use.recv_blocks * c.block};
     for (int side = 0; side < 2; ++side) {
       if (!sides[side].first) continue;
       const bp_plugin_buffer *buffer = sides[side].second;
@@ -455,9 +435,10 @@ std::int32_t all_to_all(const Call &c) {
 // The bytes of rank r's buffer the call reads (send) and writes (recv); in
 // place, the whole region of the one buffer either side covers.
 std::size_t staged_bytes(const Call &c, std::size_t r, bool send_side) {
-  const RankUse use = rank_use(c.args.collective, r == c.args.root, c.block, c.block * c.n);
-  if (c.in_place(r)) return std::max(use.send_bytes, use.recv_bytes);
-  return send_side ? use.send_bytes : use.recv_bytes;
+  const bp_rank_buffers use = bp_rank_buffers_of(c.args.collective, c.n, r == c.args.root);
+  const std::size_t send_bytes = use.send_blocks * c.block, recv_bytes = use.recv_blocks * c.block;
+  if (c.in_place(r)) return std::max(send_bytes, recv_bytes);
+  return send_side ? send_bytes : recv_bytes;
 }
 
 // Foreign ranks' inputs into their proxies, and comm.send/recv pointed at
