@@ -1,54 +1,18 @@
-// Talking back to the host: error reports and log lines through the services
-// it lent at entry, formatted on the stack so that reporting never allocates.
-#include <cstdarg>
-#include <cstdio>
-
+// Talking back to the host, in the cpu plugin's words: log lines in its
+// category, and its one kind.
 #include "plugin_state.hpp"
 
 namespace backplane::cpu {
-namespace {
-
-// Messages longer than this are cut; one line naming the thing and the
-// reason fits easily.
-constexpr std::size_t kMessageCapacity = 512;
-
-}  // namespace
-
-std::int32_t fail(const bp_host_services *services, bp_error_sink *sink, std::int32_t code,
-                  const char *format, ...) noexcept {
-  if (services != nullptr &&
-      services->struct_size >= BP_STRUCT_SIZE(bp_host_services, report_error) &&
-      services->report_error != nullptr) {
-    char message[kMessageCapacity];
-    va_list arguments;
-    va_start(arguments, format);
-    std::vsnprintf(message, sizeof message, format, arguments);
-    va_end(arguments);
-    services->report_error(sink, code, message);
-  }
-  return code;
-}
 
 void log(const bp_host_services *services, std::int32_t level, const char *format, ...) noexcept {
-  if (services == nullptr || services->struct_size < BP_STRUCT_SIZE(bp_host_services, host_context) ||
-      services->log == nullptr) {
-    return;
-  }
-  char message[kMessageCapacity];
   va_list arguments;
   va_start(arguments, format);
-  std::vsnprintf(message, sizeof message, format, arguments);
+  plugin_support::vlog(services, level, "cpu", format, arguments);
   va_end(arguments);
-  services->log(services->host_context, level, "cpu", message);
 }
 
 std::int32_t check_kind(const bp_plugin_state &state, std::uint32_t kind, bp_error_sink *sink) noexcept {
-  if (kind != 0) {
-    return fail(state.services, sink, BP_INVALID_ARGUMENT,
-                "cpu plugin: device kind index %u does not exist (the plugin has one kind, 0 = cpu)",
-                static_cast<unsigned>(kind));
-  }
-  return BP_OK;
+  return plugin_support::check_single_kind(state.services, sink, kind, "cpu");
 }
 
 }  // namespace backplane::cpu

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backplane/plugin.h"
+#include "plugin_support/host_link.hpp"
 #include "thread_pool.hpp"
 
 // One per bp_plugin_entry call, so two hosts in one process never share one.
@@ -97,12 +98,11 @@ inline constexpr std::size_t default_streaming_threshold(std::size_t cache_bytes
   return cache_bytes / 2;
 }
 
-// Talking back to the host (host_services.cpp). fail() reports `code` with a
-// printf-formatted one-line message and returns the code, for
-// `return fail(...)`; it allocates nothing, so it is safe on the hot path
-// and when memory ran out.
-std::int32_t fail(const bp_host_services *services, bp_error_sink *sink, std::int32_t code,
-                  const char *format, ...) noexcept __attribute__((format(printf, 4, 5)));
+// Talking back to the host (plugin_support/host_link.hpp): fail() reports
+// `code` with a printf-formatted one-line message and returns the code, for
+// `return fail(...)`; log() writes a line in the plugin's category
+// (host_services.cpp). Neither allocates.
+using plugin_support::fail;
 void log(const bp_host_services *services, std::int32_t level, const char *format, ...) noexcept
     __attribute__((format(printf, 3, 4)));
 

@@ -16,6 +16,7 @@
 #include "backplane/plugin.h"
 #include "cl_errors.hpp"
 #include "options.hpp"
+#include "plugin_support/host_link.hpp"
 
 namespace backplane::opencl {
 
@@ -145,12 +146,11 @@ inline constexpr const char *kPluginName = "opencl";
 inline constexpr const char *kPluginVersion = "0.1.0";
 inline constexpr const char *kKindName = "opencl";
 
-// Talking back to the host (host_services.cpp). fail() reports `code` with a
-// printf-formatted one-line message and returns the code, for
-// `return fail(...)`; it allocates nothing, so it is safe on the hot path
-// and when memory ran out.
-std::int32_t fail(const bp_host_services *services, bp_error_sink *sink, std::int32_t code,
-                  const char *format, ...) noexcept __attribute__((format(printf, 4, 5)));
+// Talking back to the host (plugin_support/host_link.hpp): fail() reports
+// `code` with a printf-formatted one-line message and returns the code, for
+// `return fail(...)`; log() writes a line in the plugin's category
+// (host_services.cpp). Neither allocates.
+using plugin_support::fail;
 void log(const bp_host_services *services, std::int32_t level, const char *format, ...) noexcept
     __attribute__((format(printf, 3, 4)));
 // An OpenCL call that returned `status`: "<call>(<what>) on '<device>':
