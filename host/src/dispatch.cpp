@@ -130,7 +130,24 @@ nlohmann::json find_alternatives(const bp_group &group, uint32_t collective, uin
     reason = plugin_text + " does not run " + collective_name(collective) + (in_place ? " in place" : " out of place");
     fallback_hint = in_place ? "pass distinct send and recv buffers" : "pass the same buffer as send and recv";
   } else {
-    reason = "the device declares less than its kind: " + plugin_text + " runs it on other " + kind.name + " devices";
+    // The kind runs it and a device declares less. The code names what the
+    // device lacks where it runs the collective at all (f16 on an OpenCL
+    // device without cl_khr_fp16 is UNSUPPORTED_DTYPE); a device without the
+    // collective is itself the problem.
+    const CapabilitySet &device = lacking.front()->capabilities();
+    const Support device_answer = device.lookup(collective, dtype, op, mode_flags);
+    const bool one = lacking.size() == 1;
+    reason = one ? "the device declares less than its kind" : "the devices declare less than their kind";
+    const std::string runs = one ? ": it supports " : ": '" + lacking.front()->name + "' supports ";
+    if (device_answer == Support::no_dtype) {
+      code = BP_UNSUPPORTED_DTYPE;
+      reason += runs + dtype_list(device.dtypes(collective)) + " for " + collective_name(collective);
+    } else if (device_answer == Support::no_reduce_op) {
+      code = BP_UNSUPPORTED_REDUCE_OP;
+      reason += runs + reduce_op_list(device.reduce_ops(collective, dtype)) + " for " + collective_name(collective) +
+                " of " + dtype_name(dtype);
+    }
+    reason += "; " + plugin_text + " runs it on other " + kind.name + " devices";
     fallback_hint = "create the group from devices that support it";
   }
   nlohmann::json alternatives = find_alternatives(group, collective, dtype, op, mode_flags, host_lock);

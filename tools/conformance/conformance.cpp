@@ -114,6 +114,12 @@ struct DeviceFacts {
   bool narrower = false;                                                        // declares less than its kind
 
   bool runs(const Combo &combo) const { return ops[combo.collective][combo.dtype] & bit(combo.op); }
+  bool runs_dtype(const Combo &combo) const { return ops[combo.collective][combo.dtype] != 0; }
+  bool runs_collective(uint32_t collective) const {
+    for (uint32_t op_mask : ops[collective])
+      if (op_mask != 0) return true;
+    return false;
+  }
 };
 
 // The answer a call must get: BP_OK, or the code and why.
@@ -335,9 +341,16 @@ class KindSuite {
                                                      bp_collective_name(combo.collective) + " of " +
                                                      bp_dtype_name(combo.dtype));
     }
-    for (size_t m : members)
-      if (!devices_[m].runs(combo))
-        return refusal(BP_UNSUPPORTED_DEVICE, devices_[m].name + " declares less than its kind");
+    // The host names what the first device that falls short lacks, where
+    // it runs the collective at all.
+    for (size_t m : members) {
+      const DeviceFacts &device = devices_[m];
+      if (device.runs(combo)) continue;
+      const std::string why = device.name + " declares less than its kind";
+      if (!device.runs_collective(combo.collective)) return refusal(BP_UNSUPPORTED_DEVICE, why);
+      if (!device.runs_dtype(combo)) return refusal(BP_UNSUPPORTED_DTYPE, why);
+      return refusal(BP_UNSUPPORTED_REDUCE_OP, why);
+    }
     return {};
   }
 
