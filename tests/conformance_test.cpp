@@ -102,6 +102,10 @@ void expect_conforms_as_declared(const std::filesystem::path &file) {
       // f16), which is the only reason a declared row may be skipped.
       EXPECT_GE(row.passed + row.skipped, groups);
       if (row.skipped != 0) {
+        const bool narrower_code = row.skip_reason.rfind("UNSUPPORTED_DEVICE: ", 0) == 0 ||
+                                   row.skip_reason.rfind("UNSUPPORTED_DTYPE: ", 0) == 0 ||
+                                   row.skip_reason.rfind("UNSUPPORTED_REDUCE_OP: ", 0) == 0;
+        EXPECT_TRUE(narrower_code) << row.skip_reason;
         EXPECT_NE(row.skip_reason.find(" declares less than its kind"), std::string::npos) << row.skip_reason;
       }
       device_skips += row.skipped;
@@ -159,6 +163,25 @@ TEST(Conformance, CpuPluginSkipsIntegerAvgOnly) {
 // ---- the fixtures ----------------------------------------------------
 
 TEST(Conformance, GoodMockFixtureConforms) { expect_conforms_as_declared(fixture_path("good")); }
+
+// partial: devices narrower than their kind by dtype, by op and by an empty
+// op mask. The suite's expectations must match the host's answers exactly
+// (a mismatch is a failure), and each narrowing shows as its own code.
+TEST(Conformance, PartialFixtureSkipsWithTheCodeOfWhatEachDeviceLacks) {
+  const ConformanceReport report = conform(fixture_path("partial"));
+  ASSERT_TRUE(report.refused_code.empty()) << report.refused_message;
+  EXPECT_EQ(report.failed, 0u) << failures(report);
+  const ConformanceRow *i32_sum = find_row(report, "all_reduce", "i32", "sum", "out-of-place");
+  ASSERT_NE(i32_sum, nullptr);
+  EXPECT_GT(i32_sum->skipped, 0u);
+  EXPECT_EQ(i32_sum->skip_reason.rfind("UNSUPPORTED_DTYPE: partial:1 declares less than its kind", 0), 0u)
+      << i32_sum->skip_reason;
+  const ConformanceRow *f32_max = find_row(report, "all_reduce", "f32", "max", "out-of-place");
+  ASSERT_NE(f32_max, nullptr);
+  EXPECT_EQ(f32_max->skip_reason.rfind("UNSUPPORTED_REDUCE_OP: partial:2 declares less than its kind", 0), 0u)
+      << f32_max->skip_reason;
+  EXPECT_GT(f32_max->passed, 0u);  // groups without partial:2 and partial:3 run it
+}
 
 // narrow: all_reduce f32 sum out of place only; narrow:3 declares nothing.
 TEST(Conformance, NarrowFixtureSkipsWhatItDoesNotDeclare) {

@@ -83,10 +83,11 @@ class DispatchTest : public ::testing::Test {
     dir_.copy_in(fixture_path("good"));
     dir_.copy_in(fixture_path("narrow"));
     dir_.copy_in(fixture_path("stalled"));
+    dir_.copy_in(fixture_path("partial"));
     dir_.copy_in(plugin_path("cpu"));
     host_ = make_host({dir_.path().string()}, R"({"cpu": {"devices": 4}})");
     ASSERT_EQ(host_.refused().size(), 0u) << describe_refused(host_);
-    ASSERT_EQ(plugin_names(host_), (std::set<std::string>{"cpu", "mock", "narrow", "stalled"}));
+    ASSERT_EQ(plugin_names(host_), (std::set<std::string>{"cpu", "mock", "narrow", "partial", "stalled"}));
   }
 
   std::vector<Device> devices(const std::vector<std::string> &names) {
@@ -406,6 +407,55 @@ TEST_F(DispatchTest, DeviceWhoseOwnRowsLackTheRequestIsUnsupportedDevice) {
 
   EXPECT_EQ(send.contents(), send_before);
   EXPECT_EQ(recv.contents(), recv_before);
+  expect_host_still_works();
+}
+
+// partial's kind runs all_reduce f32 and i32 with sum and max; partial:1
+// runs no i32 all_reduce, partial:2 only sum, partial:3 no op at all. The
+// code names what the first device that falls short lacks, whatever the
+// mode asked for, and a device that runs none of the collective is itself
+// the problem. Check and call agree, and nothing is touched.
+TEST_F(DispatchTest, DeviceNarrowerThanItsKindGetsTheCodeOfWhatItLacks) {
+  struct Case {
+    std::string narrow_device;
+    bp_dtype dtype;
+    bp_reduce_op op;
+    bp_code code;
+    std::string says;
+  };
+  const Case cases[] = {
+      {"partial:1", BP_I32, BP_SUM, BP_UNSUPPORTED_DTYPE,
+       "all_reduce(i32, sum) is not supported on device 'partial:1' (partial): the device declares less than its "
+       "kind: it supports f32 for all_reduce; plugin partial "},
+      {"partial:2", BP_F32, BP_MAX, BP_UNSUPPORTED_REDUCE_OP,
+       "all_reduce(f32, max) is not supported on device 'partial:2' (partial): the device declares less than its "
+       "kind: it supports sum for all_reduce of f32; plugin partial "},
+      {"partial:3", BP_F32, BP_SUM, BP_UNSUPPORTED_DEVICE,
+       "all_reduce(f32, sum) is not supported on device 'partial:3' (partial): the device declares less than its "
+       "kind; plugin partial "},
+  };
+  for (const Case &c : cases) {
+    for (bool in_place : {false, true}) {
+      SCOPED_TRACE(c.narrow_device + (in_place ? " in place" : " out of place"));
+      std::vector<Device> ranks = devices({"partial:0", c.narrow_device});
+      Group partial = group(ranks);
+      RankBuffers send(ranks, kF32Bytes, 41), recv(ranks, kF32Bytes, 43);
+      auto send_before = send.contents(), recv_before = recv.contents();
+      OwnedError error(bp_all_reduce(partial.get(), send.data(), in_place ? send.data() : recv.data(), kCount,
+                                     c.dtype, c.op));
+      expect_code(error.error, c.code);
+      EXPECT_NE(std::string(bp_error_message(error.error)).find(c.says), std::string::npos) << json_of(error.error);
+      // bp_group_check asks without a mode, so its alternatives are those of an out-of-place call.
+      if (!in_place) expect_check_matches(partial, BP_ALL_REDUCE, c.dtype, c.op, error.error);
+      EXPECT_EQ(send.contents(), send_before);
+      EXPECT_EQ(recv.contents(), recv_before);
+    }
+  }
+  // What every device runs still runs.
+  Group all = group(kind_devices("partial", 3));
+  RankBuffers send(kind_devices("partial", 3), kF32Bytes, 47), recv(kind_devices("partial", 3), kF32Bytes, 53);
+  OwnedError ran(bp_all_reduce(all.get(), send.data(), recv.data(), kCount, BP_F32, BP_SUM));
+  EXPECT_EQ(ran.error, nullptr) << json_of(ran.error);
   expect_host_still_works();
 }
 

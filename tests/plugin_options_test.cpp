@@ -130,7 +130,7 @@ TEST(PluginOptions, CpuRefusesEachKindOfBadOptionsAndKeepsItsConfiguration) {
 }
 
 TEST(PluginOptions, OpenclRefusesEachKindOfBadOptionsAndKeepsItsConfiguration) {
-  expect_refused("opencl", R"({"device_type": "all"})",
+  expect_refused("opencl", R"({"platform": "No Such Platform"})",
                  {
                      {R"({"platform": "x")", "parse error at line 1, column 17"},
                      {R"("cpu")", "expected a JSON object, got a string"},
@@ -141,6 +141,9 @@ TEST(PluginOptions, OpenclRefusesEachKindOfBadOptionsAndKeepsItsConfiguration) {
                      {R"({"build_options": {"x": 1}})", "\"build_options\" must be a string, got an object"},
                      {R"({"device_type": "fpga"})",
                       "\"device_type\" is \"fpga\", not one of \"all\", \"cpu\", \"gpu\", \"accelerator\""},
+                     {R"({"device_type": "g\npu"})", "\"device_type\" is \"g\\npu\", not one of"},
+                     {R"({"build_options": "-DX\u0000-DY"})",
+                      "\"build_options\" must be at most 1024 bytes without NUL characters"},
                  });
 }
 

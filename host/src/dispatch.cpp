@@ -101,9 +101,13 @@ nlohmann::json find_alternatives(const bp_group &group, uint32_t collective, uin
   const CapabilitySet &declared = kind.capabilities;
   const std::string operation = operation_text(collective, dtype, op);
   const std::string plugin_text = "plugin " + plugin.name + " " + plugin.version;
-  std::vector<const bp_device *> lacking;  // the ranks that fall short
+  // The ranks that fall short: in the mode asked for when the mode is what
+  // the group lacks, else whatever the mode.
+  const uint32_t lacking_modes = why == Support::no_mode ? mode_flags : 0;
+  std::vector<const bp_device *> lacking;
   for (const bp_device *device : group.ranks) {
-    if (device->capabilities().lookup(collective, dtype, op, mode_flags) != Support::yes) lacking.push_back(device);
+    if (device->capabilities().lookup(collective, dtype, op, lacking_modes) != Support::yes)
+      lacking.push_back(device);
   }
   if (lacking.empty()) lacking.assign(group.ranks.begin(), group.ranks.end());
   const std::string where = operation + " is not supported on " + (lacking.size() == 1 ? "device " : "devices ") +
@@ -134,18 +138,24 @@ nlohmann::json find_alternatives(const bp_group &group, uint32_t collective, uin
     // device lacks where it runs the collective at all (f16 on an OpenCL
     // device without cl_khr_fp16 is UNSUPPORTED_DTYPE); a device without the
     // collective is itself the problem.
+    // A dtype "runs" when some op of it does, as the conformance suite
+    // learns it from the device alone.
     const CapabilitySet &device = lacking.front()->capabilities();
-    const Support device_answer = device.lookup(collective, dtype, op, mode_flags);
+    uint32_t runnable = 0;
+    for (uint32_t d = 0; d < BP_DTYPE_COUNT; ++d)
+      if (device.reduce_ops(collective, d) != 0) runnable |= 1u << d;
     const bool one = lacking.size() == 1;
     reason = one ? "the device declares less than its kind" : "the devices declare less than their kind";
     const std::string runs = one ? ": it supports " : ": '" + lacking.front()->name + "' supports ";
-    if (device_answer == Support::no_dtype) {
-      code = BP_UNSUPPORTED_DTYPE;
-      reason += runs + dtype_list(device.dtypes(collective)) + " for " + collective_name(collective);
-    } else if (device_answer == Support::no_reduce_op) {
-      code = BP_UNSUPPORTED_REDUCE_OP;
-      reason += runs + reduce_op_list(device.reduce_ops(collective, dtype)) + " for " + collective_name(collective) +
-                " of " + dtype_name(dtype);
+    if (device.lookup(collective, dtype, op, 0) != Support::yes && runnable != 0) {
+      if (!(runnable & (1u << dtype))) {
+        code = BP_UNSUPPORTED_DTYPE;
+        reason += runs + dtype_list(runnable) + " for " + collective_name(collective);
+      } else {
+        code = BP_UNSUPPORTED_REDUCE_OP;
+        reason += runs + reduce_op_list(device.reduce_ops(collective, dtype)) + " for " +
+                  collective_name(collective) + " of " + dtype_name(dtype);
+      }
     }
     reason += "; " + plugin_text + " runs it on other " + kind.name + " devices";
     fallback_hint = "create the group from devices that support it";

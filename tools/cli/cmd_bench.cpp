@@ -14,6 +14,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -471,18 +472,18 @@ int run_bench(const GlobalOptions &options, const BenchOptions &bench) {
     }
     RowTiming timing;
     timing.rounds = bench.rounds;
-    bool copy_kernel_failed = false;
+    std::set<uint64_t> copy_kernel_failed;  // byte counts it could not move: said once, not retried
     if (copy_kernel && !barrier) {
       timing.reference = [&](size_t count, bool in_place) -> std::optional<double> {
         const uint64_t bytes = traffic_bytes(collective, n, count, bp_dtype_size(*dtype), in_place);
+        if (copy_kernel_failed.count(bytes)) return std::nullopt;
         try {
           return copy_kernel->time_copy(bytes, bench.iterations, bench.warmup);
         } catch (const std::exception &e) {
           // Past the device's allocation limit, say: the row stands without it.
-          if (!copy_kernel_failed)
-            std::fprintf(stderr, "note: no copy-kernel time for %llu bytes: %s\n",
-                         static_cast<unsigned long long>(bytes), e.what());
-          copy_kernel_failed = true;
+          std::fprintf(stderr, "note: no copy-kernel time for %llu bytes: %s\n",
+                       static_cast<unsigned long long>(bytes), e.what());
+          copy_kernel_failed.insert(bytes);
           return std::nullopt;
         }
       };

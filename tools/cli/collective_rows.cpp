@@ -254,13 +254,13 @@ namespace {
 ModeResult median_round(std::vector<ModeResult> rounds) {
   for (ModeResult &round : rounds)
     if (round.error) return std::move(round);
-  std::vector<size_t> order(rounds.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return rounds[a].micros < rounds[b].micros; });
-  ModeResult chosen = std::move(rounds[order[(order.size() - 1) / 2]]);
+  std::optional<size_t> most_wrong;
   for (const ModeResult &round : rounds)
-    if (round.wrong && (!chosen.wrong || *round.wrong > *chosen.wrong)) chosen.wrong = round.wrong;
-  return chosen;
+    if (round.wrong && (!most_wrong || *round.wrong > *most_wrong)) most_wrong = round.wrong;
+  std::sort(rounds.begin(), rounds.end(), [](const ModeResult &a, const ModeResult &b) { return a.micros < b.micros; });
+  ModeResult &chosen = rounds[(rounds.size() - 1) / 2];
+  chosen.wrong = most_wrong;
+  return std::move(chosen);
 }
 
 }  // namespace
@@ -275,7 +275,9 @@ Result<std::vector<Row>> run_rows(CollectiveRunner &runner, const std::function<
   };
   if (entry.collective == BP_BARRIER) {
     Row row;
-    report(row.modes[0] = runner.run_barrier());
+    std::vector<ModeResult> rounds;
+    for (unsigned round = 0; round < std::max(1u, timing.rounds); ++round) rounds.push_back(runner.run_barrier());
+    report(row.modes[0] = median_round(std::move(rounds)));
     if (on_row) on_row(row);
     rows.push_back(std::move(row));
     return rows;

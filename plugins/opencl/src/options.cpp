@@ -3,20 +3,16 @@
 // Keys not listed are refused, so a typo never silently means "all".
 #include "options.hpp"
 
+#include <string>
+
 #include "plugin_support/options_object.hpp"
 
 namespace backplane::opencl {
 namespace {
 
-constexpr const char *kDeviceTypes = "\"all\", \"cpu\", \"gpu\", \"accelerator\"";
-
-std::optional<DeviceTypeFilter> device_type_filter(const std::string &name) {
-  for (DeviceTypeFilter filter :
-       {DeviceTypeFilter::all, DeviceTypeFilter::cpu, DeviceTypeFilter::gpu, DeviceTypeFilter::accelerator}) {
-    if (name == device_type_filter_name(filter)) return filter;
-  }
-  return std::nullopt;
-}
+// Longer than any real set of compiler options; a longer one would push the
+// build log out of a build failure's message.
+constexpr std::size_t kMaxBuildOptionsBytes = 1024;
 
 }  // namespace
 
@@ -35,16 +31,22 @@ std::optional<Options> parse_options(std::string_view json, std::string *error) 
   if (!object || !object->only_keys({"platform", "device_type", "build_options"}, error)) return std::nullopt;
   Options options;
   std::string device_type = device_type_filter_name(options.device_type);
-  if (!object->read("platform", options.platform, error) || !object->read("device_type", device_type, error) ||
+  if (!object->read("platform", options.platform, error) ||
+      !object->read("device_type", {"all", "cpu", "gpu", "accelerator"}, device_type, error) ||
       !object->read("build_options", options.build_options, error)) {
     return std::nullopt;
   }
-  const std::optional<DeviceTypeFilter> filter = device_type_filter(device_type);
-  if (!filter) {
-    *error = "\"device_type\" is \"" + device_type + "\", not one of " + kDeviceTypes;
+  for (DeviceTypeFilter filter :
+       {DeviceTypeFilter::all, DeviceTypeFilter::cpu, DeviceTypeFilter::gpu, DeviceTypeFilter::accelerator}) {
+    if (device_type == device_type_filter_name(filter)) options.device_type = filter;
+  }
+  // clBuildProgram takes a C string: a NUL would silently cut the options.
+  if (options.build_options.find('\0') != std::string::npos ||
+      options.build_options.size() > kMaxBuildOptionsBytes) {
+    *error = "\"build_options\" must be at most " + std::to_string(kMaxBuildOptionsBytes) +
+             " bytes without NUL characters";
     return std::nullopt;
   }
-  options.device_type = *filter;
   return options;
 }
 

@@ -105,6 +105,21 @@ bool OptionsObject::read(const char *key, std::string &out, std::string *error) 
   return true;
 }
 
+bool OptionsObject::read(const char *key, std::initializer_list<const char *> choices, std::string &out,
+                         std::string *error) const {
+  std::string value = out;
+  if (!read(key, value, error)) return false;
+  for (const char *choice : choices) {
+    if (value != choice) continue;
+    out = value;
+    return true;
+  }
+  std::string listed;
+  for (const char *choice : choices) listed += (listed.empty() ? "" : ", ") + shown(Json(choice));
+  *error = find(key)->shown_key + " is " + find(key)->shown + ", not one of " + listed;
+  return false;
+}
+
 bool OptionsObject::read(const char *key, std::uint64_t min, std::uint64_t max, std::uint64_t &out,
                          std::string *error) const {
   const Entry *entry = find(key);

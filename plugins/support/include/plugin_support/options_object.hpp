@@ -28,6 +28,9 @@ class OptionsObject {
   // When `key` is there, its string into `out`; false with *error when its
   // value is of another JSON type.
   bool read(const char *key, std::string &out, std::string *error) const;
+  // When `key` is there, its string into `out`; false with *error when it
+  // is no string or none of `choices`.
+  bool read(const char *key, std::initializer_list<const char *> choices, std::string &out, std::string *error) const;
   // When `key` is there, its integer into `out`; false with *error when it
   // is no integer or lies outside min..max.
   bool read(const char *key, std::uint64_t min, std::uint64_t max, std::uint64_t &out, std::string *error) const;
