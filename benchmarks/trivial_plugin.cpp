@@ -25,8 +25,8 @@ constexpr uint32_t kBothPlacements = BP_CAPABILITY_IN_PLACE | BP_CAPABILITY_OUT_
 constexpr uint32_t bit(uint32_t value) { return 1u << value; }
 
 const bp_capability kRows[] = {
-    {sizeof(bp_capability), nullptr, 0, BP_ALL_REDUCE, bit(BP_F32), bit(BP_SUM), kBothPlacements},
-    {sizeof(bp_capability), nullptr, 0, BP_BARRIER, 0, 0, kBothPlacements},
+    {sizeof(bp_capability), nullptr, 0, BP_ALL_REDUCE, bit(BP_F32), bit(BP_SUM), kBothPlacements, 0},
+    {sizeof(bp_capability), nullptr, 0, BP_BARRIER, 0, 0, kBothPlacements, 0},
 };
 const char *const kKinds[] = {TRIVIAL_STRINGIFY(TRIVIAL_KIND)};
 const char *const kDeviceNames[kDevices] = {"trivial device 0", "trivial device 1", "trivial device 2",

@@ -1,6 +1,9 @@
 // Guards both stable ABIs: released struct layouts, enum values, flag bits
-// and the stable names, frozen as literal numbers and strings. The headers'
-// stand-alone C99/C++ compiles are in tests/abi/ (they fail the build).
+// and the stable names, frozen as literal numbers and strings, and the
+// library's symbol versions. The headers' stand-alone C99/C++ compiles are
+// in tests/abi/ (they fail the build), and so are the abidiff guard and the
+// load-time test of the symbol versions (ctest label abi).
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -57,7 +60,7 @@ TEST(AbiTest, CAndCxxCompilersAgreeOnEveryLayout) {
 TEST(AbiTest, FirstReleaseSizesFitTheirStructs) {
   struct Pair {
     const char *what;
-    size_t v1_0, current;
+    size_t first_release, current;
   };
   const Pair pairs[] = {
       {"bp_host_services", BP_HOST_SERVICES_SIZE_V1_0, sizeof(bp_host_services)},
@@ -73,17 +76,97 @@ TEST(AbiTest, FirstReleaseSizesFitTheirStructs) {
       {"bp_capability_info", BP_CAPABILITY_INFO_SIZE_V1_0, sizeof(bp_capability_info)},
       {"bp_group_options", BP_GROUP_OPTIONS_SIZE_V1_0, sizeof(bp_group_options)},
       {"bp_collective_request", BP_COLLECTIVE_REQUEST_SIZE_V1_0, sizeof(bp_collective_request)},
+      {"bp_workload_info", BP_WORKLOAD_INFO_SIZE_V1_0, sizeof(bp_workload_info)},
+      {"bp_plugin_kind_info", BP_PLUGIN_KIND_INFO_SIZE_V1_1, sizeof(bp_plugin_kind_info)},
+      {"bp_plugin_comm_info", BP_PLUGIN_COMM_INFO_SIZE_V1_1, sizeof(bp_plugin_comm_info)},
+      {"bp_extension_header", BP_EXTENSION_HEADER_SIZE_V1_2, sizeof(bp_extension_header)},
   };
   for (const Pair &pair : pairs) {
-    EXPECT_LE(pair.v1_0, pair.current) << pair.what;
-    EXPECT_GE(pair.v1_0, 2 * sizeof(void *)) << pair.what;
+    EXPECT_LE(pair.first_release, pair.current) << pair.what;
+    EXPECT_GE(pair.first_release, 2 * sizeof(void *)) << pair.what;
+  }
+}
+
+// A struct only grows: each minor's size reaches past the one before, and
+// the newest fits the struct.
+TEST(AbiTest, EachMinorsSizeGrowsTheStruct) {
+  struct Sizes {
+    const char *what;
+    size_t older, newer, current;
+  };
+  const Sizes rows[] = {
+      {"bp_plugin_device_info 1.0 < 1.1", BP_PLUGIN_DEVICE_INFO_SIZE_V1_0, BP_PLUGIN_DEVICE_INFO_SIZE_V1_1,
+       sizeof(bp_plugin_device_info)},
+      {"bp_plugin_functions 1.0 < 1.1", BP_PLUGIN_FUNCTIONS_SIZE_V1_0, BP_PLUGIN_FUNCTIONS_SIZE_V1_1,
+       sizeof(bp_plugin_functions)},
+      {"bp_plugin_info 1.0 < 1.1", BP_PLUGIN_INFO_SIZE_V1_0, BP_PLUGIN_INFO_SIZE_V1_1, sizeof(bp_plugin_info)},
+      {"bp_device_info 1.0 < 1.1", BP_DEVICE_INFO_SIZE_V1_0, BP_DEVICE_INFO_SIZE_V1_1, sizeof(bp_device_info)},
+      {"bp_capability 1.0 < 1.2", BP_CAPABILITY_SIZE_V1_0, BP_CAPABILITY_SIZE_V1_2, sizeof(bp_capability)},
+      {"bp_collective_args 1.0 < 1.2", BP_COLLECTIVE_ARGS_SIZE_V1_0, BP_COLLECTIVE_ARGS_SIZE_V1_2,
+       sizeof(bp_collective_args)},
+      {"bp_plugin_entry_args 1.0 < 1.2", BP_PLUGIN_ENTRY_ARGS_SIZE_V1_0, BP_PLUGIN_ENTRY_ARGS_SIZE_V1_2,
+       sizeof(bp_plugin_entry_args)},
+      {"bp_capability_info 1.0 < 1.2", BP_CAPABILITY_INFO_SIZE_V1_0, BP_CAPABILITY_INFO_SIZE_V1_2,
+       sizeof(bp_capability_info)},
+  };
+  for (const Sizes &row : rows) {
+    EXPECT_LT(row.older, row.newer) << row.what;
+    EXPECT_LE(row.newer, row.current) << row.what;
   }
 }
 
 TEST(AbiTest, VersionsAndEntrySymbol) {
   static_assert(BP_PLUGIN_ABI_MAJOR == 1, "plugin ABI major changed: every plugin breaks");
   static_assert(BP_API_VERSION_MAJOR == 1, "application API major changed: every application breaks");
+  static_assert(BP_PLUGIN_ABI_MINOR >= 2 && BP_API_VERSION_MINOR >= 2, "a minor never goes back");
   EXPECT_STREQ(BP_PLUGIN_ENTRY_SYMBOL, "bp_plugin_entry");
+}
+
+// bp_api_version (1.2) is the library's version in one number: the header's
+// own, since this test runs against the library of its own tree.
+TEST(AbiTest, ApiVersionIsTheHeadersVersion) {
+  static_assert(BP_MAKE_API_VERSION(1, 2) == 0x00010002u, "the version number's encoding is frozen");
+  static_assert(BP_API_VERSION_MAJOR_OF(0x00010002u) == 1 && BP_API_VERSION_MINOR_OF(0x00010002u) == 2,
+                "the version number's encoding is frozen");
+  const uint32_t version = bp_api_version();
+  EXPECT_EQ(version, BP_MAKE_API_VERSION(BP_API_VERSION_MAJOR, BP_API_VERSION_MINOR));
+  EXPECT_EQ(BP_API_VERSION_MAJOR_OF(version), static_cast<uint32_t>(BP_API_VERSION_MAJOR));
+  EXPECT_EQ(BP_API_VERSION_MINOR_OF(version), static_cast<uint32_t>(BP_API_VERSION_MINOR));
+}
+
+// Each function carries the symbol version of the minor that added it
+// (host/libbackplane.map); tests/abi/symbol_versions_test.sh checks every
+// name, and that an application needing a newer minor fails at load.
+TEST(AbiTest, FunctionsCarryTheVersionOfTheirMinor) {
+  struct Row {
+    const char *function, *version, *older_version;  // older_version: must not have it
+  };
+  const Row rows[] = {{"bp_host_create", "BACKPLANE_1.0", nullptr},
+                      {"bp_group_route", "BACKPLANE_1.1", "BACKPLANE_1.0"},
+                      {"bp_api_version", "BACKPLANE_1.2", "BACKPLANE_1.1"}};
+  for (const Row &row : rows) {
+    void *symbol = dlvsym(RTLD_DEFAULT, row.function, row.version);
+    ASSERT_NE(symbol, nullptr) << row.function << "@" << row.version << ": " << dlerror();
+    Dl_info info{};
+    ASSERT_NE(dladdr(symbol, &info), 0) << row.function;
+    ASSERT_NE(info.dli_fname, nullptr) << row.function;
+    EXPECT_NE(std::strstr(info.dli_fname, "libbackplane.so"), nullptr)
+        << row.function << " resolved in " << info.dli_fname;
+    if (row.older_version) {
+      EXPECT_EQ(dlvsym(RTLD_DEFAULT, row.function, row.older_version), nullptr)
+          << row.function << " must not be in " << row.older_version;
+    }
+  }
+  EXPECT_EQ(dlvsym(RTLD_DEFAULT, "bp_host_create", "BACKPLANE_0.9"), nullptr);
+}
+
+// The values 1.2 added, frozen like those of 1.0.
+TEST(AbiTest, ValuesAddedIn12AreFrozen) {
+  static_assert(BP_COLLECTIVE_CALLER_WAITS == 0x1u, "bp_collective_args.flags bits are frozen");
+  static_assert(BP_EXTENSION_NONE == 0u, "extension type ids are never reused");
+  static_assert(BP_EXTENSION_CHAIN_MAX == 64, "the chain bound is part of the contract");
+  static_assert(BP_OUT_STRUCT_SIZE_MAX == 4096u, "the out-struct bound is part of the contract");
+  SUCCEED();
 }
 
 TEST(AbiTest, EnumValuesAreFrozen) {

@@ -11,6 +11,7 @@
 #include <cctype>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <regex>
 #include <string>
@@ -277,11 +278,102 @@ TEST(LoaderTest, ZeroStructSizeDescriptorIsRefused) {
   expect_refused_beside_good("zero_struct_size", BP_PLUGIN_INIT);
 }
 
-TEST(LoaderTest, UnknownCollectiveInCapabilitiesIsRefused) {
-  expect_refused_beside_good("unknown_collective", BP_PLUGIN_INIT, [](const bp_error *refusal, const fs::path &) {
-    EXPECT_NE(std::string(bp_error_message(refusal)).find("42"), std::string::npos)
-        << "message does not name the collective id: " << json_of(refusal);
-  });
+// Captures log lines while it lives (bp_log_set_sink); back to stderr at warn after.
+class LoaderLog {
+ public:
+  explicit LoaderLog(const char *spec) {
+    bp_log_set_sink(&LoaderLog::sink, this);
+    EXPECT_TRUE(bp_log_configure(spec));
+  }
+  ~LoaderLog() {
+    bp_log_set_sink(nullptr, nullptr);
+    bp_log_configure("warn");
+  }
+  std::vector<std::string> mentioning(const std::string &part) const {
+    std::lock_guard lock(mutex_);
+    std::vector<std::string> found;
+    for (const std::string &line : lines_)
+      if (line.find(part) != std::string::npos) found.push_back(line);
+    return found;
+  }
+
+ private:
+  static void sink(void *context, int32_t level, const char *category, const char *message) {
+    auto *self = static_cast<LoaderLog *>(context);
+    std::lock_guard lock(self->mutex_);
+    self->lines_.push_back(std::to_string(level) + " " + category + " " + message);
+  }
+  mutable std::mutex mutex_;
+  std::vector<std::string> lines_;
+};
+
+// plugin.h: a host tolerates the future. A plugin built against a later
+// minor declares a collective (42) and dtype, op and flag bits this host
+// does not know: it loads, what the host knows runs, the rest is refused as
+// unsupported, and the host says at info what it ignored.
+TEST(LoaderTest, RowsFromALaterMinorLoadAndTheirKnownPartsRun) {
+  TempDir dir;
+  const fs::path file = dir.copy_in(fixture_path("future_values"));
+  LoaderLog log("loader:info");
+  Host host = make_host({dir.path().string()});
+  ASSERT_EQ(host.refused().size(), 0u) << describe_refused(host);
+  ASSERT_EQ(plugin_names(host).count("future_values"), 1u);
+  EXPECT_TRUE(all_reduce_works(host, "future_values", 4));
+
+  std::vector<std::string> ignored = log.mentioning("does not know, ignored");
+  ASSERT_EQ(ignored.size(), 1u) << "expected one info line on what was ignored";
+  EXPECT_EQ(ignored[0].rfind(std::to_string(BP_LOG_INFO) + " loader ", 0), 0u) << ignored[0];
+  const std::string file_name = file.filename().string();
+  for (const std::string &part : {std::string("row 3 (collective 42)"), std::string("element type bits 0x100000"),
+                                  std::string("reduce op bits 0x200"), std::string("flag bits 0x80"), file_name})
+    EXPECT_NE(ignored[0].find(part), std::string::npos) << "missing '" << part << "' in: " << ignored[0];
+
+  // The table holds exactly the known part: f32 and i32 with sum and max,
+  // both modes; nothing of the future bits.
+  size_t all_reduce_entries = 0;
+  for (const CapabilityInfo &row : host.capabilities()) {
+    if (std::string(row.device_kind) != "future_values") continue;
+    EXPECT_LT(row.collective, static_cast<uint32_t>(BP_COLLECTIVE_COUNT));
+    EXPECT_EQ(row.dtypes & ~((1u << BP_DTYPE_COUNT) - 1), 0u);
+    EXPECT_EQ(row.flags, BP_CAPABILITY_IN_PLACE | BP_CAPABILITY_OUT_OF_PLACE);
+    if (row.collective != BP_ALL_REDUCE) continue;
+    ++all_reduce_entries;
+    EXPECT_EQ(row.reduce_ops, (1u << BP_SUM) | (1u << BP_MAX)) << "dtype mask " << row.dtypes;
+  }
+  EXPECT_EQ(all_reduce_entries, 2u);
+
+  std::vector<Device> devices;
+  ASSERT_TRUE(find_devices(host, "future_values", 2, devices));
+  Result<Group> group = host.create_group(devices);
+  ASSERT_TRUE(group) << group.error().json();
+  Status f64 = group->check(BP_ALL_REDUCE, BP_F64, BP_SUM);
+  ASSERT_FALSE(f64);
+  EXPECT_EQ(f64.error().code(), BP_UNSUPPORTED_DTYPE) << f64.error().json();
+  Status prod = group->check(BP_ALL_REDUCE, BP_F32, BP_PROD);
+  ASSERT_FALSE(prod);
+  EXPECT_EQ(prod.error().code(), BP_UNSUPPORTED_REDUCE_OP) << prod.error().json();
+  Status gather = group->check(BP_GATHER, BP_F32, BP_SUM);
+  ASSERT_FALSE(gather);
+  EXPECT_EQ(gather.error().code(), BP_UNSUPPORTED_COLLECTIVE) << gather.error().json();
+}
+
+// The options the host was given reach bp_plugin_entry (ABI 1.2), before
+// the plugin declares its rows: the entry_options fixture narrows its rows
+// to f32 when its kind's options say so.
+TEST(LoaderTest, PluginOptionsReachTheEntryBeforeRowsAreDeclared) {
+  TempDir dir;
+  dir.copy_in(fixture_path("entry_options"));
+  for (bool f32_only : {false, true}) {
+    Host host = make_host({dir.path().string()},
+                          f32_only ? R"({"entry_options": {"f32_only": true}})" : R"({"entry_options": {}})");
+    ASSERT_EQ(host.refused().size(), 0u) << describe_refused(host);
+    uint32_t all_reduce_dtypes = 0;
+    for (const CapabilityInfo &row : host.capabilities())
+      if (std::string(row.device_kind) == "entry_options" && row.collective == BP_ALL_REDUCE)
+        all_reduce_dtypes |= row.dtypes;
+    EXPECT_EQ(all_reduce_dtypes, f32_only ? (1u << BP_F32) : (1u << BP_F32) | (1u << BP_I32)) << f32_only;
+    EXPECT_TRUE(all_reduce_works(host, "entry_options", 2));
+  }
 }
 
 TEST(LoaderTest, EmptyKindNameIsRefused) { expect_refused_beside_good("empty_kind", BP_PLUGIN_INIT); }
@@ -346,7 +438,7 @@ TEST(LoaderTest, EveryBrokenFixtureInOneDirectoryIsRefusedWithItsOwnCode) {
       {"abi_too_new", BP_PLUGIN_ABI},      {"abi_too_old", BP_PLUGIN_ABI},
       {"refuses", BP_PLUGIN_INIT},         {"throws", BP_PLUGIN_INIT},
       {"null_descriptor", BP_PLUGIN_INIT}, {"zero_struct_size", BP_PLUGIN_INIT},
-      {"unknown_collective", BP_PLUGIN_INIT}, {"empty_kind", BP_PLUGIN_INIT}};
+      {"empty_kind", BP_PLUGIN_INIT}};
   TempDir dir;
   dir.copy_in(fixture_path("good"));
   dir.copy_in(plugin_path("cpu"));

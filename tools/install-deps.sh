@@ -20,6 +20,12 @@ packages=(
   mesa-opencl-icd
   # tests and micro-benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
+  # the ABI guard (tests/abi/abi_guard.sh): libabigail's abidw and abidiff;
+  # without them its tests are skipped
+  abigail-tools
+  # compiler cache for the several build trees one checkout keeps
+  # (-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  ccache
   # comparisons and plots (tools/bench/compare, a project of its own: the
   # main build never needs these): Open MPI, Gloo, and matplotlib for --plot
   libopenmpi-dev openmpi-bin libgloo-dev python3-matplotlib

@@ -18,22 +18,6 @@ Status null_argument(const char *function, const char *argument) {
   return Error(BP_INVALID_ARGUMENT, std::string(function) + ": " + argument + " is NULL");
 }
 
-// Out-structs: the caller set struct_size; write what fits, keep theirs.
-template <typename T>
-Status write_out(const char *function, T *out, const T &full, size_t first_release_size) {
-  if (!out) return null_argument(function, "out");
-  if (out->struct_size < first_release_size) {
-    return Error(BP_INVALID_ARGUMENT, std::string(function) + ": out->struct_size is " +
-                                          std::to_string(out->struct_size) + ", less than its 1.0 size " +
-                                          std::to_string(first_release_size))
-        .hint("set struct_size = sizeof the struct before the call");
-  }
-  const size_t size = out->struct_size;
-  std::memcpy(out, &full, std::min(size, sizeof(T)));
-  out->struct_size = size;
-  return {};
-}
-
 Status plugin_not_found(const bp_host &host, const std::string &kind, const std::string &asked) {
   nlohmann::json known = nlohmann::json::array(), refused = nlohmann::json::array();
   for (const auto &registered : host.kinds) known.push_back(registered->name);
@@ -110,6 +94,7 @@ Status create_buffer(bp_device *device, void *memory, size_t bytes, bool wrap, b
     error.with("devices", nlohmann::json::array({device->describe()})).with("bytes", bytes);
     return error;
   }
+  retain_host(device->host);
   *out = buffer.release();
   return {};
 }
@@ -191,12 +176,14 @@ Status create_group(bp_host *host, bp_device *const *ranks, size_t rank_count, c
       }
       if (info.route) group->route = info.route;
     }
+    group->plugin_queues = plugin.descriptor.abi_minor >= 2;
   }
   *out = group.release();
   return {};
 }
 
 void destroy_group(bp_group *group) {
+  finish_in_flight(*group);
   if (group->comm) {
     LoadedPlugin &plugin = *group->kind->plugin;
     if (!plugin.failed.load()) {
@@ -248,6 +235,8 @@ using namespace backplane;
 
 extern "C" {
 
+uint32_t bp_api_version(void) { return BP_MAKE_API_VERSION(BP_API_VERSION_MAJOR, BP_API_VERSION_MINOR); }
+
 bp_error *bp_host_create(const bp_host_options *options, bp_host **out) {
   return guarded([&]() -> Status {
     if (!out) return null_argument("bp_host_create", "out");
@@ -258,13 +247,7 @@ bp_error *bp_host_create(const bp_host_options *options, bp_host **out) {
   });
 }
 
-void bp_host_destroy(bp_host *host) {
-  try {
-    delete host;
-  } catch (...) {
-    log(BP_LOG_ERROR, "host", "an exception escaped while destroying a host");
-  }
-}
+void bp_host_destroy(bp_host *host) { release_host(host); }
 
 bp_error *bp_host_load_plugin(bp_host *host, const char *path) {
   return guarded([&]() -> Status {
@@ -416,19 +399,27 @@ void bp_buffer_destroy(bp_buffer *buffer) {
       (void)ignored;
     }
   }
+  bp_host *host = buffer->device->host;
   delete buffer;
+  release_host(host);
 }
 
 bp_error *bp_group_create(bp_host *host, bp_device *const *ranks, size_t rank_count, const bp_group_options *options,
                           bp_group **out) {
-  return guarded([&] { return create_group(host, ranks, rank_count, options, out); });
+  return guarded([&]() -> Status {
+    if (Status status = create_group(host, ranks, rank_count, options, out); !status) return status;
+    retain_host(host);
+    return {};
+  });
 }
 
 size_t bp_group_size(const bp_group *group) { return group ? group->ranks.size() : 0; }
 
 void bp_group_destroy(bp_group *group) {
   if (!group || group->owned_by_host) return;
+  bp_host *host = group->host;
   destroy_group(group);
+  release_host(host);
 }
 
 bp_error *bp_group_check(bp_group *group, bp_collective collective, bp_dtype dtype, bp_reduce_op op) {

@@ -241,7 +241,8 @@ Status check_enums(const bp_group &group, uint32_t collective, uint32_t dtype, u
 // Step 1: everything about the arguments; fills the plugin handles and the
 // in-place/out-of-place flags the call needs. The success path only tests;
 // every message is built in the cold functions above, on failure.
-Status check_arguments(bp_group &group, const bp_collective_request &request, uint32_t *mode_flags) {
+Status check_arguments(bp_group &group, const bp_collective_request &request, uint32_t *mode_flags,
+                       size_t *largest_bytes) {
   const uint32_t collective = request.collective, dtype = request.dtype;
   if (!enums_valid(collective, dtype, request.reduce_op)) [[unlikely]]
     return enum_error(group, collective, dtype, request.reduce_op);
@@ -269,6 +270,8 @@ Status check_arguments(bp_group &group, const bp_collective_request &request, ui
     group.send_handles[rank] = use.uses_send ? send->handle : nullptr;
     group.recv_handles[rank] = use.uses_recv ? recv->handle : nullptr;
     if (use.uses_send && use.uses_recv) *mode_flags |= send == recv ? BP_CAPABILITY_IN_PLACE : BP_CAPABILITY_OUT_OF_PLACE;
+    if (use.uses_send) *largest_bytes = std::max(*largest_bytes, send_bytes);
+    if (use.uses_recv) *largest_bytes = std::max(*largest_bytes, recv_bytes);
   }
   return {};
 }
@@ -297,11 +300,89 @@ class GroupClaim {
                  "the group is already starting a collective on another thread");
 }
 
+void release(LoadedPlugin &plugin, bp_plugin_request *request) {
+  if (plugin.failed.load()) return;
+  try {
+    plugin.functions.request_release(plugin.state, request);
+  } catch (...) {
+    Status ignored = plugin_threw(plugin, "request_release", "an exception");
+    (void)ignored;
+  }
+}
+
+[[gnu::cold, gnu::noinline]] Status too_large(const bp_group &group, const bp_collective_request &request,
+                                              size_t bytes, uint64_t limit) {
+  const std::string operation = operation_text(request.collective, request.dtype, request.reduce_op);
+  Error error(BP_UNSUPPORTED_DEVICE,
+              operation + " spans " + std::to_string(bytes) + " bytes in one buffer, more than the " +
+                  std::to_string(limit) + " bytes " + (group.ranks.size() == 1 ? "device " : "devices ") +
+                  rank_names(group, {group.ranks.begin(), group.ranks.end()}) + " (" + group.kind->name +
+                  ") take for " + operation + " (the plugin's max_bytes)");
+  error.with("bytes", bytes).with("max_bytes", limit);
+  return std::move(about(std::move(error), group, request.collective, request.dtype, request.reduce_op))
+      .hint("split the call into pieces of at most " + std::to_string(limit) + " bytes per buffer");
+}
+
+// Completes one collective in flight: waits up to timeout_ns, then
+// releases its request and keeps the outcome. A TIMEOUT leaves it in
+// flight. A wait without limit that fails all the same (the plugin gave
+// up) completes it with that failure: the host never waits forever on a
+// plugin's word. Caller holds in_flight.mutex.
+Status complete_locked(InFlight &in_flight, int64_t timeout_ns) {
+  if (!in_flight.complete.load(std::memory_order_relaxed)) {
+    LoadedPlugin &plugin = *in_flight.plugin;
+    Status status = call_plugin(plugin, "request_wait", [&](bp_error_sink *sink) {
+      return plugin.functions.request_wait(plugin.state, in_flight.request, timeout_ns, sink);
+    });
+    if (!status && status.error().code() == BP_TIMEOUT && timeout_ns >= 0) return status;
+    release(plugin, in_flight.request);
+    in_flight.request = nullptr;
+    if (!status) in_flight.outcome = std::make_unique<Error>(status.take_error());
+    in_flight.complete.store(true, std::memory_order_release);
+  }
+  if (in_flight.outcome) return Error(*in_flight.outcome);
+  return {};
+}
+
+void complete_without_limit(InFlight &in_flight) {
+  std::lock_guard lock(in_flight.mutex);
+  Status outcome = complete_locked(in_flight, -1);
+  (void)outcome;  // kept in in_flight for its event
+}
+
+// Before a plugin that takes one request at a time (minor < 2) is given the
+// next: the group's earlier collectives complete first.
+[[gnu::cold, gnu::noinline]] void wait_for_earlier(bp_group &group) {
+  std::vector<std::shared_ptr<InFlight>> earlier;
+  {
+    std::lock_guard lock(group.in_flight_mutex);
+    earlier = group.in_flight;
+  }
+  for (const auto &in_flight : earlier) complete_without_limit(*in_flight);
+  std::lock_guard lock(group.in_flight_mutex);
+  std::erase_if(group.in_flight, [](const std::shared_ptr<InFlight> &entry) {
+    return entry->complete.load(std::memory_order_acquire);
+  });
+  group.tracked.store(group.in_flight.size(), std::memory_order_release);
+}
+
+// Records a started request in its group's list, dropping the entries that
+// completed. Runs under the group's start claim, so the list is in start order.
+Status track(bp_group &group, const std::shared_ptr<InFlight> &in_flight) {
+  std::lock_guard lock(group.in_flight_mutex);
+  std::erase_if(group.in_flight, [](const std::shared_ptr<InFlight> &entry) {
+    return entry->complete.load(std::memory_order_acquire);
+  });
+  group.in_flight.push_back(in_flight);
+  group.tracked.store(group.in_flight.size(), std::memory_order_release);
+  return {};
+}
+
 // The hot path of every collective (DESIGN.md's performance targets: tens of
 // nanoseconds over the plugin's own function, no allocation): on success it
-// only tests and copies; errors are built in cold functions.
-Status start(bp_group *group, const bp_collective_request *given, bp_plugin_request **started,
-             const char **operation) {
+// only tests and copies; errors are built in cold functions. `caller_waits`:
+// a blocking call, which waits for the request as soon as start returns.
+Status start(bp_group *group, const bp_collective_request *given, bool caller_waits, bp_plugin_request **started) {
   if (!group || !given || given->struct_size < BP_COLLECTIVE_REQUEST_SIZE_V1_0) [[unlikely]]
     return request_error(group);
   const bp_collective_request &request = *given;
@@ -309,7 +390,8 @@ Status start(bp_group *group, const bp_collective_request *given, bp_plugin_requ
   if (!claim.claimed()) [[unlikely]]
     return busy_error(*group, request);
   uint32_t mode_flags = 0;
-  if (Status status = check_arguments(*group, request, &mode_flags); !status) [[unlikely]]
+  size_t largest_bytes = 0;
+  if (Status status = check_arguments(*group, request, &mode_flags, &largest_bytes); !status) [[unlikely]]
     return status;
   // Step 2 (layers) comes with the layer plugins; today every device is its own base.
   if (!group->kind) [[unlikely]]
@@ -318,6 +400,13 @@ Status start(bp_group *group, const bp_collective_request *given, bp_plugin_requ
   if (support != Support::yes) [[unlikely]]
     return unsupported(*group, request.collective, request.dtype, request.reduce_op, mode_flags, support,
                        HostLock::take);
+  if (request.collective != BP_BARRIER) {
+    const uint64_t limit = group->capabilities.max_bytes(request.collective, request.dtype);
+    if (limit != 0 && largest_bytes > limit) [[unlikely]]
+      return too_large(*group, request, largest_bytes, limit);
+  }
+  if (!group->plugin_queues && group->tracked.load(std::memory_order_acquire) != 0) [[unlikely]]
+    wait_for_earlier(*group);
 
   LoadedPlugin &plugin = *group->kind->plugin;
   bp_collective_args args{};
@@ -332,30 +421,12 @@ Status start(bp_group *group, const bp_collective_request *given, bp_plugin_requ
     args.send = group->send_handles.data();
     args.recv = group->recv_handles.data();
   }
-  *operation = collective_name(request.collective);
+  args.flags = caller_waits ? BP_COLLECTIVE_CALLER_WAITS : 0;
   Status status = call_plugin(plugin, "collective_start", [&](bp_error_sink *sink) {
     return plugin.functions.collective_start(plugin.state, group->comm, &args, started, sink);
   });
   if (!status) return about(status.take_error(), *group, request.collective, request.dtype, request.reduce_op);
   return {};
-}
-
-// Waits for a started request and releases it.
-Status finish(LoadedPlugin &plugin, bp_plugin_request *request, int64_t timeout_ns) {
-  Status status = call_plugin(plugin, "request_wait", [&](bp_error_sink *sink) {
-    return plugin.functions.request_wait(plugin.state, request, timeout_ns, sink);
-  });
-  return status;
-}
-
-void release(LoadedPlugin &plugin, bp_plugin_request *request) {
-  if (plugin.failed.load()) return;
-  try {
-    plugin.functions.request_release(plugin.state, request);
-  } catch (...) {
-    Status ignored = plugin_threw(plugin, "request_release", "an exception");
-    (void)ignored;
-  }
 }
 
 }  // namespace
@@ -371,59 +442,76 @@ Status check_support(const bp_group &group, uint32_t collective, uint32_t dtype,
 
 Status run_collective(bp_group *group, const bp_collective_request *request) {
   bp_plugin_request *started = nullptr;
-  const char *operation = nullptr;
-  if (Status status = start(group, request, &started, &operation); !status) return status;
+  if (Status status = start(group, request, true, &started); !status) return status;
   if (!started) return {};
-  LoadedPlugin &plugin = *group->kind->plugin;
-  Status status = finish(plugin, started, -1);
-  release(plugin, started);
-  return status;
+  InFlight in_flight;
+  in_flight.plugin = group->kind->plugin;
+  in_flight.request = started;
+  std::lock_guard lock(in_flight.mutex);
+  return complete_locked(in_flight, -1);
 }
 
 Expected<bp_event *> start_collective(bp_group *group, const bp_collective_request *request) {
   auto event = std::make_unique<bp_event>();
-  const char *operation = nullptr;
-  if (Status status = start(group, request, &event->request, &operation); !status) return status.take_error();
-  event->plugin = group->kind->plugin;
-  event->group = group;
-  event->complete = event->request == nullptr;
+  bp_plugin_request *started = nullptr;
+  if (Status status = start(group, request, false, &started); !status) return status.take_error();
+  if (started) {
+    // Allocation failures past this point must not lose the request: it is
+    // tracked before anything else can throw.
+    auto in_flight = std::make_shared<InFlight>();
+    in_flight->plugin = group->kind->plugin;
+    in_flight->request = started;
+    event->in_flight = in_flight;
+    if (Status status = track(*group, in_flight); !status) return status.take_error();
+  }
+  event->host = group->host;
+  retain_host(event->host);
   return event.release();
 }
 
 Status wait_event(bp_event *event, int64_t timeout_ns) {
   if (!event) return Error(BP_INVALID_ARGUMENT, "event is NULL");
-  if (!event->complete) {
-    Status status = finish(*event->plugin, event->request, timeout_ns);
-    if (!status && status.error().code() == BP_TIMEOUT) return status;
-    release(*event->plugin, event->request);
-    event->request = nullptr;
-    event->complete = true;
-    if (!status) event->outcome = std::make_unique<Error>(status.take_error());
-  }
-  if (event->outcome) return Error(*event->outcome);
-  return {};
+  if (!event->in_flight) return {};
+  std::lock_guard lock(event->in_flight->mutex);
+  return complete_locked(*event->in_flight, timeout_ns);
 }
 
 bool test_event(bp_event *event) {
   if (!event) return false;
-  if (event->complete) return true;
+  if (!event->in_flight) return true;
+  InFlight &in_flight = *event->in_flight;
+  if (in_flight.complete.load(std::memory_order_acquire)) return true;
+  std::lock_guard lock(in_flight.mutex);
+  if (in_flight.complete.load(std::memory_order_relaxed)) return true;
   bool done = false;
-  Status status = call_plugin(*event->plugin, "request_test", [&](bp_error_sink *sink) {
-    return event->plugin->functions.request_test(event->plugin->state, event->request, &done, sink);
+  Status status = call_plugin(*in_flight.plugin, "request_test", [&](bp_error_sink *sink) {
+    return in_flight.plugin->functions.request_test(in_flight.plugin->state, in_flight.request, &done, sink);
   });
   if (!status || done) {
-    release(*event->plugin, event->request);
-    event->request = nullptr;
-    event->complete = true;
-    if (!status) event->outcome = std::make_unique<Error>(status.take_error());
+    release(*in_flight.plugin, in_flight.request);
+    in_flight.request = nullptr;
+    if (!status) in_flight.outcome = std::make_unique<Error>(status.take_error());
+    in_flight.complete.store(true, std::memory_order_release);
   }
-  return event->complete;
+  return in_flight.complete.load(std::memory_order_relaxed);
 }
 
 void destroy_event(bp_event *event) {
   if (!event) return;
-  if (event->request) release(*event->plugin, event->request);
+  if (event->in_flight) complete_without_limit(*event->in_flight);
+  bp_host *host = event->host;
   delete event;
+  release_host(host);
+}
+
+void finish_in_flight(bp_group &group) {
+  std::vector<std::shared_ptr<InFlight>> in_flight;
+  {
+    std::lock_guard lock(group.in_flight_mutex);
+    in_flight.swap(group.in_flight);
+    group.tracked.store(0, std::memory_order_release);
+  }
+  for (const auto &entry : in_flight) complete_without_limit(*entry);
 }
 
 }  // namespace backplane

@@ -867,12 +867,7 @@ bp_error *bp_host_workload(const bp_host *host, size_t index, bp_workload_info *
     if (index >= host->workloads.size())
       return Error(BP_INVALID_ARGUMENT, "bp_host_workload: index " + std::to_string(index) + " is past the " +
                                             std::to_string(host->workloads.size()) + " workload entries");
-    if (out->struct_size < BP_WORKLOAD_INFO_SIZE_V1_0)
-      return Error(BP_INVALID_ARGUMENT, "bp_host_workload: out->struct_size is below its 1.0 size");
-    const size_t size = out->struct_size;
-    std::memcpy(out, &host->workloads[index].info, std::min(size, sizeof *out));
-    out->struct_size = size;
-    return {};
+    return write_out("bp_host_workload", out, host->workloads[index].info, BP_WORKLOAD_INFO_SIZE_V1_0);
   });
 }
 

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "extensions.hpp"
 #include "host.hpp"
 #include "log.hpp"
 #include "names.hpp"
@@ -15,7 +16,7 @@ void rebuild_capability_listing(bp_host &host) {
     const CapabilitySet &set = kind->capabilities;
     for (uint32_t collective = 0; collective < BP_COLLECTIVE_COUNT; ++collective) {
       if (!set.declares(collective)) continue;
-      auto add = [&](uint32_t dtypes, uint32_t ops) {
+      auto add = [&](uint32_t dtype, uint32_t dtypes, uint32_t ops) {
         bp_capability_info info{};
         info.struct_size = sizeof info;
         info.device_kind = kind->name.c_str();
@@ -23,16 +24,17 @@ void rebuild_capability_listing(bp_host &host) {
         info.collective = collective;
         info.dtypes = dtypes;
         info.reduce_ops = ops;
-        info.flags = set.flags(collective);
+        info.flags = set.flags(collective, dtype);
+        info.max_bytes = set.max_bytes(collective, dtype);
         host.capability_listing.push_back(info);
       };
       if (collective == BP_BARRIER) {
-        add(0, 0);
+        add(0, 0, 0);
         continue;
       }
       for (uint32_t dtype = 0; dtype < BP_DTYPE_COUNT; ++dtype) {
         if (!(set.dtypes(collective) & (1u << dtype))) continue;
-        add(1u << dtype, collective_reduces(collective) ? set.reduce_ops(collective, dtype) : 0);
+        add(dtype, 1u << dtype, collective_reduces(collective) ? set.reduce_ops(collective, dtype) : 0);
       }
     }
   }
@@ -48,6 +50,7 @@ Expected<bp_host *> create_host(const bp_host_options *given) {
           .hint("set struct_size = sizeof(bp_host_options)");
     }
     std::memcpy(&options, given, std::min(given->struct_size, sizeof options));
+    skip_unknown_extensions(options.next, "bp_host_options");
     if (options.plugin_dir_count > 0 && !options.plugin_dirs)
       return Error(BP_INVALID_ARGUMENT, "bp_host_options.plugin_dirs is NULL with a count of " +
                                             std::to_string(options.plugin_dir_count));
@@ -71,6 +74,17 @@ Expected<bp_host *> create_host(const bp_host_options *given) {
   }
   load_search_path(*host, options);
   return host.release();
+}
+
+void retain_host(bp_host *host) noexcept { host->references.fetch_add(1, std::memory_order_relaxed); }
+
+void release_host(bp_host *host) noexcept {
+  if (!host || host->references.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  try {
+    delete host;
+  } catch (...) {
+    log(BP_LOG_ERROR, "host", "an exception escaped while destroying a host");
+  }
 }
 
 }  // namespace backplane

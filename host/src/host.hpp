@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <vector>
@@ -34,6 +35,9 @@ namespace backplane {
 struct LoadedPlugin {
   std::string file;
   boost::dll::shared_library library;
+  // The descriptor the library was loaded through (/proc/self/fd/N): open
+  // while the library is mapped, since the system loader knows it by that name.
+  int library_fd = -1;
   bp_plugin_descriptor descriptor{};
   bp_plugin_functions functions{};
   bp_plugin_state *state = nullptr;
@@ -44,6 +48,10 @@ struct LoadedPlugin {
   // the pointers are NULL where it said nothing (for bp_plugin_info).
   std::vector<std::string> kind_statuses;
   std::vector<const char *> kind_status_pointers;
+  // Set once bp_plugin_entry was called: from then on the library is unloaded
+  // only after destroy() returned (else it stays mapped: plugin code may
+  // still run on threads the plugin started).
+  bool entered = false;
   // Set once the plugin let an exception escape; it is then called no more.
   std::atomic<bool> failed{false};
   std::string failure;
@@ -129,6 +137,19 @@ struct bp_buffer {
   size_t bytes = 0;
 };
 
+namespace backplane {
+// One collective that was started with a request, shared by its event and
+// its group's list of collectives in flight, so that either may go first.
+// `mutex` serialises waiting, testing and completing it.
+struct InFlight {
+  std::mutex mutex;
+  LoadedPlugin *plugin = nullptr;
+  bp_plugin_request *request = nullptr;  // released and NULL once complete
+  std::atomic<bool> complete{false};
+  std::unique_ptr<Error> outcome;  // the failure, once complete
+};
+}  // namespace backplane
+
 struct bp_group {
   bp_host *host = nullptr;
   std::string name;
@@ -144,6 +165,15 @@ struct bp_group {
   std::vector<bp_plugin_buffer *> send_handles, recv_handles;
   std::atomic<bool> busy{false};
   bool owned_by_host = false;  // created by a fleet; bp_group_destroy leaves it
+  // Whether the plugin may have several requests in flight on the comm
+  // (plugin ABI minor >= 2); else the host waits for one before the next.
+  bool plugin_queues = false;
+  // Collectives started with a request, in start order; completed entries
+  // are dropped at the next start. Guarded by in_flight_mutex; `tracked`
+  // mirrors its size for the one check a blocking call makes.
+  std::mutex in_flight_mutex;
+  std::vector<std::shared_ptr<backplane::InFlight>> in_flight;
+  std::atomic<size_t> tracked{0};
 };
 
 namespace backplane {
@@ -157,14 +187,15 @@ void destroy_group(bp_group *group);
 }  // namespace backplane
 
 struct bp_event {
-  backplane::LoadedPlugin *plugin = nullptr;
-  bp_plugin_request *request = nullptr;  // NULL once complete
-  bp_group *group = nullptr;
-  bool complete = false;
-  std::unique_ptr<backplane::Error> outcome;  // the failure, once complete
+  bp_host *host = nullptr;  // holds a reference (retain_host)
+  // NULL when the collective completed inside its start.
+  std::shared_ptr<backplane::InFlight> in_flight;
 };
 
 struct bp_host {
+  // The application's reference (bp_host_destroy drops it) plus one per
+  // buffer, user group and event alive: the host goes with the last.
+  std::atomic<size_t> references{1};
   mutable std::shared_mutex mutex;  // guards the listings below against load_plugin
   std::vector<std::unique_ptr<backplane::LoadedPlugin>> plugins;
   std::vector<backplane::RefusedPlugin> refused;
@@ -209,12 +240,17 @@ Status check_support(const bp_group &group, uint32_t collective, uint32_t dtype,
 }  // namespace backplane
 
 namespace backplane {
+// A buffer, user group or event keeps its host alive (bp_host_destroy).
+void retain_host(bp_host *host) noexcept;
+void release_host(bp_host *host) noexcept;
 // Collectives and events (dispatch.cpp).
 Status run_collective(bp_group *group, const bp_collective_request *request);
 Expected<bp_event *> start_collective(bp_group *group, const bp_collective_request *request);
 Status wait_event(bp_event *event, int64_t timeout_ns);
 bool test_event(bp_event *event);
 void destroy_event(bp_event *event);
+// Waits for every collective of the group still in flight (bp_group_destroy).
+void finish_in_flight(bp_group &group);
 // Host creation (host.cpp).
 Expected<bp_host *> create_host(const bp_host_options *options);
 }  // namespace backplane

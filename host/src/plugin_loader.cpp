@@ -2,7 +2,9 @@
 // validating what they declare and registering their kinds, devices and
 // capability rows. Every way this can fail becomes a refusal that is both
 // returned and kept in the host's list; the host goes on with the others.
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -11,9 +13,11 @@
 #include <optional>
 #include <shared_mutex>
 #include <system_error>
+#include <utility>
 
 #include <boost/dll/runtime_symbol_info.hpp>
 
+#include "extensions.hpp"
 #include "host.hpp"
 #include "log.hpp"
 #include "names.hpp"
@@ -84,12 +88,16 @@ std::string system_loader_message(const std::string &what) {
 }
 
 // Plugins run with the host's privileges, so a file or directory that
-// someone else can write is someone else's code.
-Status check_not_writable_by_others(const fs::path &path, const char *what) {
-  struct stat status {};
-  if (::stat(path.c_str(), &status) != 0) {
-    return Error(BP_PLUGIN_LOAD, std::string("cannot read ") + what + " '" + path.string() +
-                                     "': " + std::strerror(errno));
+// someone else owns or can write is someone else's code: accepted only
+// when owned by the effective user or root and writable by no one else.
+Status check_trusted(const struct stat &status, const fs::path &path, const char *what) {
+  const uid_t self = ::geteuid();
+  if (status.st_uid != self && status.st_uid != 0) {
+    return Error(BP_PLUGIN_LOAD, std::string("refusing ") + what + " '" + path.string() + "': it is owned by uid " +
+                                     std::to_string(status.st_uid) + ", neither this process's user (uid " +
+                                     std::to_string(self) + ") nor root")
+        .with("owner_uid", std::to_string(status.st_uid))
+        .hint("install plugins owned by root or by the user that runs the host");
   }
   if (status.st_mode & (S_IWGRP | S_IWOTH)) {
     char mode[8];
@@ -101,6 +109,15 @@ Status check_not_writable_by_others(const fs::path &path, const char *what) {
         .hint("remove group and other write permission: chmod go-w '" + path.string() + "'");
   }
   return {};
+}
+
+Status check_not_writable_by_others(const fs::path &path, const char *what) {
+  struct stat status {};
+  if (::stat(path.c_str(), &status) != 0) {
+    return Error(BP_PLUGIN_LOAD, std::string("cannot read ") + what + " '" + path.string() +
+                                     "': " + std::strerror(errno));
+  }
+  return check_trusted(status, path, what);
 }
 
 // Copies a struct the other side sent with `size` bytes into a zeroed one
@@ -119,36 +136,89 @@ Status plugin_init_error(const std::string &file, const std::string &reason) {
       .hint("fix the plugin's bp_plugin_descriptor; see plugin_api/include/backplane/plugin.h");
 }
 
-// Validates capability rows (strided by the first row's struct_size) into
-// one set per kind.
-Status read_capability_rows(const std::string &file, const bp_capability *rows, size_t count,
-                            size_t kind_count, std::vector<CapabilitySet> &sets,
+// Bounds on what a descriptor may declare, so that a corrupt or hostile
+// plugin cannot make the loader read far outside its arrays or allocate
+// without limit. Generous: the in-tree plugins use a tenth of each.
+constexpr size_t kMaxCapabilityStride = 1024;  // bytes per row; 1.2's row is 48
+constexpr size_t kMaxCapabilityRows = 4096;
+
+// What a host must ignore of rows written for a later minor (plugin.h,
+// "Extending this ABI"): the rows whose collective it does not know, and
+// the dtype, op and flag bits it does not know. Logged once per table.
+struct IgnoredValues {
+  std::vector<std::string> rows;  // "row 3 (collective 42)"
+  uint32_t dtype_bits = 0, op_bits = 0, flag_bits = 0;
+
+  bool empty() const { return rows.empty() && !dtype_bits && !op_bits && !flag_bits; }
+  std::string describe() const {
+    std::string text;
+    auto add = [&](const std::string &part) { text += (text.empty() ? "" : "; ") + part; };
+    auto hex = [](uint32_t bits) {
+      char buffer[16];
+      std::snprintf(buffer, sizeof buffer, "0x%x", bits);
+      return std::string(buffer);
+    };
+    if (!rows.empty()) {
+      std::string list;
+      for (const std::string &row : rows) list += (list.empty() ? "" : ", ") + row;
+      add("rows of unknown collectives: " + list);
+    }
+    if (dtype_bits) add("element type bits " + hex(dtype_bits));
+    if (op_bits) add("reduce op bits " + hex(op_bits));
+    if (flag_bits) add("flag bits " + hex(flag_bits));
+    return text;
+  }
+};
+
+// Reads capability rows (strided by the first row's struct_size) into one
+// set per kind. Malformed tables (NULL, a stride below 1.0's or past the
+// bound, a kind out of range) refuse the plugin; values from a later minor
+// are ignored, as plugin.h promises, and logged at info.
+Status read_capability_rows(const std::string &file, const std::string &table, const bp_capability *rows,
+                            size_t count, size_t kind_count, std::vector<CapabilitySet> &sets,
                             std::optional<uint32_t> only_kind) {
   if (count == 0) return {};
-  if (!rows) return plugin_init_error(file, "capabilities is NULL with a count of " + std::to_string(count));
+  if (!rows) return plugin_init_error(file, table + " are NULL with a count of " + std::to_string(count));
+  if (count > kMaxCapabilityRows)
+    return plugin_init_error(file, table + " has " + std::to_string(count) + " rows, more than the " +
+                                       std::to_string(kMaxCapabilityRows) + " a host accepts");
   const size_t stride = rows[0].struct_size;
   if (stride < BP_CAPABILITY_SIZE_V1_0) {
-    return plugin_init_error(file, "capability rows have struct_size " + std::to_string(stride) +
+    return plugin_init_error(file, table + " have struct_size " + std::to_string(stride) +
                                        ", less than the ABI 1.0 size " +
                                        std::to_string(BP_CAPABILITY_SIZE_V1_0));
   }
+  if (stride > kMaxCapabilityStride) {
+    return plugin_init_error(file, table + " have struct_size " + std::to_string(stride) + ", more than the " +
+                                       std::to_string(kMaxCapabilityStride) + " bytes a host accepts per row");
+  }
+  IgnoredValues ignored;
   const auto *bytes = reinterpret_cast<const unsigned char *>(rows);
   for (size_t i = 0; i < count; ++i) {
     bp_capability row = read_struct<bp_capability>(bytes + i * stride, stride);
-    const std::string where = "capability row " + std::to_string(i);
     if (only_kind) row.device_kind = *only_kind;
     if (row.device_kind >= kind_count)
-      return plugin_init_error(file, where + " names device kind " + std::to_string(row.device_kind) +
-                                         " of " + std::to_string(kind_count));
-    if (row.collective >= BP_COLLECTIVE_COUNT)
-      return plugin_init_error(file, where + " names unknown collective " + std::to_string(row.collective));
-    if (row.dtypes & ~all_dtypes_mask)
-      return plugin_init_error(file, where + " has unknown element type bits in its dtype mask");
-    if (collective_reduces(row.collective) && (row.reduce_ops & ~all_reduce_ops_mask))
-      return plugin_init_error(file, where + " has unknown reduce op bits in its op mask");
-    if (row.flags & ~all_capability_flags)
-      return plugin_init_error(file, where + " has unknown flag bits");
+      return plugin_init_error(file, table + ": row " + std::to_string(i) + " names device kind " +
+                                         std::to_string(row.device_kind) + " of " + std::to_string(kind_count));
+    if (row.collective >= BP_COLLECTIVE_COUNT) {
+      ignored.rows.push_back("row " + std::to_string(i) + " (collective " + std::to_string(row.collective) + ")");
+      continue;
+    }
+    ignored.dtype_bits |= row.dtypes & ~all_dtypes_mask;
+    ignored.flag_bits |= row.flags & ~all_capability_flags;
+    row.dtypes &= all_dtypes_mask;
+    row.flags &= all_capability_flags;
+    if (collective_reduces(row.collective)) {
+      ignored.op_bits |= row.reduce_ops & ~all_reduce_ops_mask;
+      row.reduce_ops &= all_reduce_ops_mask;
+    }
     sets[row.device_kind].add(row);
+  }
+  if (!ignored.empty()) {
+    log(BP_LOG_INFO, "loader",
+        "'" + file + "' " + table + " declare values this host (plugin ABI " +
+            std::to_string(BP_PLUGIN_ABI_MAJOR) + "." + std::to_string(BP_PLUGIN_ABI_MINOR) +
+            ") does not know, ignored: " + ignored.describe());
   }
   return {};
 }
@@ -160,13 +230,71 @@ struct Candidate {
   std::vector<uint32_t> device_kind_indices;
 };
 
-Status open_and_enter(const fs::path &file, Candidate &candidate) {
+// The plugin file, opened once: what the trust checks looked at is what
+// the system loader maps (through /proc/self/fd), so nothing can swap the
+// file in between. O_NONBLOCK keeps a FIFO from blocking the open; only a
+// regular file goes on.
+class OpenedPluginFile {
+ public:
+  ~OpenedPluginFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Status open(const fs::path &file) {
+    fd_ = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd_ < 0)
+      return Error(BP_PLUGIN_LOAD, "cannot open plugin '" + file.string() + "': " + std::strerror(errno));
+    struct stat status {};
+    if (::fstat(fd_, &status) != 0)
+      return Error(BP_PLUGIN_LOAD, "cannot read plugin '" + file.string() + "': " + std::strerror(errno));
+    if (!S_ISREG(status.st_mode)) {
+      return Error(BP_PLUGIN_LOAD, "refusing plugin '" + file.string() + "': it is not a regular file")
+          .hint("a plugin must be a shared object file; remove '" + file.string() + "'");
+    }
+    return check_trusted(status, file, "plugin file");
+  }
+  // The path the system loader opens: the very file checked above.
+  std::string loader_path() const { return "/proc/self/fd/" + std::to_string(fd_); }
+  // The descriptor goes with the library once mapped: the system loader
+  // knows the library by this path, and a later file opened at the same
+  // descriptor number would otherwise be taken for it.
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_ = -1;
+};
+
+// The system loader names the file it was given (/proc/self/fd/N); users
+// need the plugin's own path.
+std::string with_real_path(std::string message, const std::string &loader_path, const std::string &path) {
+  for (size_t at = message.find(loader_path); at != std::string::npos; at = message.find(loader_path, at + path.size()))
+    message.replace(at, loader_path.size(), path);
+  return message;
+}
+
+// Where unloading is not safe, a plugin's library stays mapped until the
+// process ends: code a plugin left running (a pool thread of a plugin that
+// threw, or whose destroy never ran) must not lose its instructions.
+void keep_mapped(boost::dll::shared_library &&library) {
+  static auto *kept = new std::vector<boost::dll::shared_library>();  // never freed, on purpose
+  std::lock_guard lock(dynamic_loader_mutex());
+  kept->push_back(std::move(library));
+}
+
+Status open_and_enter(const bp_host &host, const fs::path &file, Candidate &candidate) {
   const std::string path = file.string();
-  if (Status status = check_not_writable_by_others(file, "plugin file"); !status) return status;
+  OpenedPluginFile opened;
+  if (Status status = opened.open(file); !status) return status;
   if (Status status = check_not_writable_by_others(file.parent_path().empty() ? "." : file.parent_path(),
                                                    "plugin directory");
       !status)
     return status;
+  // A symlink's target may sit in another directory: that one must be safe too.
+  std::error_code canonical_error;
+  const fs::path target = fs::canonical(file, canonical_error);
+  if (!canonical_error && target.parent_path() != fs::weakly_canonical(file.parent_path(), canonical_error)) {
+    if (Status status = check_not_writable_by_others(target.parent_path(), "plugin directory"); !status)
+      return status;
+  }
 
   auto plugin = std::make_unique<LoadedPlugin>();
   plugin->file = path;
@@ -174,9 +302,11 @@ Status open_and_enter(const fs::path &file, Candidate &candidate) {
     std::lock_guard lock(dynamic_loader_mutex());
     // Immediate binding: an unresolved symbol fails here, with the system
     // loader's message, not at the first call.
-    plugin->library.load(file, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
+    plugin->library.load(opened.loader_path(),
+                         boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
+    plugin->library_fd = opened.release();
   } catch (const std::exception &exception) {
-    const std::string reason = system_loader_message(exception.what());
+    const std::string reason = with_real_path(system_loader_message(exception.what()), opened.loader_path(), path);
     return Error(BP_PLUGIN_LOAD, "cannot load plugin '" + path + "': " + reason)
         .with("reason", reason)
         .hint("check that the file is a complete shared object built for this machine and that its "
@@ -195,7 +325,12 @@ Status open_and_enter(const fs::path &file, Candidate &candidate) {
   args.host_abi_minor = BP_PLUGIN_ABI_MINOR;
   args.services = &host_services();
   args.sink = &sink;
+  const std::string options_text = host.plugin_options.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  args.options_json = options_text.c_str();
   int32_t code;
+  // From here on the plugin's code has run: unload it only once its destroy
+  // returned (~LoadedPlugin), else keep it mapped.
+  plugin->entered = true;
   try {
     code = entry(&args);
   } catch (const std::exception &exception) {
@@ -245,6 +380,7 @@ Status open_and_enter(const fs::path &file, Candidate &candidate) {
                                        std::to_string(BP_PLUGIN_DESCRIPTOR_SIZE_V1_0));
   }
   plugin->descriptor = read_struct<bp_plugin_descriptor>(raw, raw->struct_size);
+  skip_unknown_extensions(plugin->descriptor.next, "bp_plugin_descriptor");
   const bp_plugin_descriptor &descriptor = plugin->descriptor;
   if (!descriptor.functions || descriptor.functions->struct_size < BP_PLUGIN_FUNCTIONS_SIZE_V1_0)
     return plugin_init_error(path, "function table is missing or smaller than its ABI 1.0 size");
@@ -276,7 +412,7 @@ Status open_and_enter(const fs::path &file, Candidate &candidate) {
     loaded.device_kinds.emplace_back(kind);
   }
   candidate.kind_capabilities.resize(loaded.device_kinds.size());
-  return read_capability_rows(path, descriptor.capabilities, descriptor.capability_count,
+  return read_capability_rows(path, "capability rows", descriptor.capabilities, descriptor.capability_count,
                               loaded.device_kinds.size(), candidate.kind_capabilities, std::nullopt);
 }
 
@@ -394,7 +530,8 @@ Status enumerate_devices(const bp_host &host, Candidate &candidate) {
       if (Status status = read_device_properties(plugin, info, *device); !status) return status;
       if (info.capabilities) {
         std::vector<CapabilitySet> own(1);
-        if (Status status = read_capability_rows(plugin.file, info.capabilities, info.capability_count, 1, own, 0u);
+        if (Status status = read_capability_rows(plugin.file, "device '" + device->name + "' capability rows",
+                                                 info.capabilities, info.capability_count, 1, own, 0u);
             !status)
           return status;
         own[0].intersect(candidate.kind_capabilities[k]);  // a device never exceeds its kind
@@ -432,7 +569,7 @@ void register_candidate(bp_host &host, Candidate &candidate) {
 }
 
 Status load_locked(bp_host &host, const fs::path &file, Candidate &candidate) {
-  if (Status status = open_and_enter(file, candidate); !status) return status;
+  if (Status status = open_and_enter(host, file, candidate); !status) return status;
   if (Status status = check_conflicts(host, candidate); !status) return status;
   if (Status status = enumerate_devices(host, candidate); !status) return status;
   register_candidate(host, candidate);
@@ -510,15 +647,23 @@ const bp_host_services &host_services() {
 }
 
 LoadedPlugin::~LoadedPlugin() {
+  bool destroyed = !entered;  // a plugin whose code never ran is safe to unload
   if (state && functions.destroy && !failed.load()) {
     try {
       functions.destroy(state);
+      destroyed = true;
     } catch (...) {
       log(BP_LOG_ERROR, "loader", "plugin '" + name + "' threw from destroy");
     }
   }
+  if (!destroyed) {
+    log(BP_LOG_DEBUG, "loader", "keeping '" + file + "' mapped: its destroy did not run to the end");
+    keep_mapped(std::move(library));  // and its descriptor open, which names it
+    return;
+  }
   std::lock_guard lock(dynamic_loader_mutex());
   library.unload();
+  if (library_fd >= 0) ::close(library_fd);
 }
 
 Status plugin_failure(LoadedPlugin &plugin, const char *function, bp_error_sink &sink, int32_t code) {

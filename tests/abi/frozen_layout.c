@@ -1,6 +1,7 @@
-/* The frozen ABI 1.0 layouts (frozen_layout.h) as the C compiler lays them
- * out: checked at compile time here, and handed to abi_test.cpp, which
- * compares them with what the C++ compiler sees. Compiled as strict C99. */
+/* The frozen layouts of every released minor (frozen_layout.h) as the C
+ * compiler lays them out: checked at compile time here, and handed to
+ * abi_test.cpp, which compares them with what the C++ compiler sees.
+ * Compiled as strict C99. */
 #include "backplane/backplane.h"
 #include "backplane/plugin.h"
 #include "frozen_layout.h"

@@ -1,15 +1,17 @@
-/* The layouts of the structs released in ABI 1.0, frozen as literal numbers
- * for x86-64 (LP64): a change to a released struct must break this list.
- * One X-macro, expanded by frozen_layout.c (checked by the C compiler) and
- * by abi_test.cpp (checked by the C++ compiler). Never edit a SIZE_V1_0 or
- * FIELD number here; a later minor appends its fields and its SIZE_V1_x
- * macro as new lines, and only updates the SIZEOF line of a struct it grew. */
+/* The layouts of the structs of every released minor (1.0, 1.1, 1.2),
+ * frozen as literal numbers for x86-64 (LP64): a change to a released
+ * struct must break this list. One X-macro, expanded by frozen_layout.c
+ * (checked by the C compiler) and by abi_test.cpp (checked by the C++
+ * compiler). Never edit a SIZE_V1_x or FIELD number here; a later minor
+ * appends its fields and its SIZE_V1_x macro as new lines, and only updates
+ * the SIZEOF line of a struct it grew. (abi_guard.sh checks the same against
+ * the release's own headers, with abidiff.) */
 #ifndef BACKPLANE_TESTS_FROZEN_LAYOUT_H
 #define BACKPLANE_TESTS_FROZEN_LAYOUT_H
 
 #include <stddef.h>
 
-/* SIZE_V1_0(macro, bytes)  a BP_*_SIZE_V1_x macro
+/* SIZE_V1_0(macro, bytes)  a BP_*_SIZE_V1_x macro (of any minor)
  * SIZEOF(type, bytes)      sizeof(type)
  * FIELD(type, field, byte) offsetof(type, field) */
 #define BP_FROZEN_LAYOUT(SIZE_V1_0, SIZEOF, FIELD)        \
@@ -22,7 +24,7 @@
   FIELD(bp_host_services, log, 24)                        \
   FIELD(bp_host_services, host_context, 32)               \
   SIZE_V1_0(BP_CAPABILITY_SIZE_V1_0, 36)                  \
-  SIZEOF(bp_capability, 40)                               \
+  SIZEOF(bp_capability, 48)                               \
   FIELD(bp_capability, struct_size, 0)                    \
   FIELD(bp_capability, next, 8)                           \
   FIELD(bp_capability, device_kind, 16)                   \
@@ -30,6 +32,8 @@
   FIELD(bp_capability, dtypes, 24)                        \
   FIELD(bp_capability, reduce_ops, 28)                    \
   FIELD(bp_capability, flags, 32)                         \
+  SIZE_V1_0(BP_CAPABILITY_SIZE_V1_2, 48)                  \
+  FIELD(bp_capability, max_bytes, 40)                     \
   SIZE_V1_0(BP_PLUGIN_DEVICE_INFO_SIZE_V1_0, 64)          \
   SIZEOF(bp_plugin_device_info, 88)                       \
   FIELD(bp_plugin_device_info, struct_size, 0)            \
@@ -51,7 +55,7 @@
   SIZEOF(bp_plugin_comm_info, 24)                         \
   FIELD(bp_plugin_comm_info, route, 16)                   \
   SIZE_V1_0(BP_COLLECTIVE_ARGS_SIZE_V1_0, 64)             \
-  SIZEOF(bp_collective_args, 64)                          \
+  SIZEOF(bp_collective_args, 72)                          \
   FIELD(bp_collective_args, struct_size, 0)               \
   FIELD(bp_collective_args, next, 8)                      \
   FIELD(bp_collective_args, collective, 16)               \
@@ -62,6 +66,8 @@
   FIELD(bp_collective_args, rank_count, 40)               \
   FIELD(bp_collective_args, send, 48)                     \
   FIELD(bp_collective_args, recv, 56)                     \
+  SIZE_V1_0(BP_COLLECTIVE_ARGS_SIZE_V1_2, 68)             \
+  FIELD(bp_collective_args, flags, 64)                    \
   SIZE_V1_0(BP_PLUGIN_FUNCTIONS_SIZE_V1_0, 136)           \
   SIZEOF(bp_plugin_functions, 152)                        \
   FIELD(bp_plugin_functions, struct_size, 0)              \
@@ -98,7 +104,7 @@
   FIELD(bp_plugin_descriptor, capability_count, 64)       \
   FIELD(bp_plugin_descriptor, functions, 72)              \
   SIZE_V1_0(BP_PLUGIN_ENTRY_ARGS_SIZE_V1_0, 56)           \
-  SIZEOF(bp_plugin_entry_args, 56)                        \
+  SIZEOF(bp_plugin_entry_args, 64)                        \
   FIELD(bp_plugin_entry_args, struct_size, 0)             \
   FIELD(bp_plugin_entry_args, next, 8)                    \
   FIELD(bp_plugin_entry_args, host_abi_major, 16)         \
@@ -107,6 +113,14 @@
   FIELD(bp_plugin_entry_args, sink, 32)                   \
   FIELD(bp_plugin_entry_args, descriptor, 40)             \
   FIELD(bp_plugin_entry_args, state, 48)                  \
+  SIZE_V1_0(BP_PLUGIN_ENTRY_ARGS_SIZE_V1_2, 64)           \
+  FIELD(bp_plugin_entry_args, options_json, 56)           \
+  /* ---- types.h ---- */                                 \
+  SIZE_V1_0(BP_EXTENSION_HEADER_SIZE_V1_2, 20)            \
+  SIZEOF(bp_extension_header, 24)                         \
+  FIELD(bp_extension_header, struct_size, 0)              \
+  FIELD(bp_extension_header, next, 8)                     \
+  FIELD(bp_extension_header, type, 16)                    \
   /* ---- backplane.h ---- */                             \
   SIZE_V1_0(BP_HOST_OPTIONS_SIZE_V1_0, 48)                \
   SIZEOF(bp_host_options, 48)                             \
@@ -145,7 +159,7 @@
   FIELD(bp_device_info, property_values, 80)              \
   FIELD(bp_device_info, property_count, 88)               \
   SIZE_V1_0(BP_CAPABILITY_INFO_SIZE_V1_0, 48)             \
-  SIZEOF(bp_capability_info, 48)                          \
+  SIZEOF(bp_capability_info, 56)                          \
   FIELD(bp_capability_info, struct_size, 0)               \
   FIELD(bp_capability_info, next, 8)                      \
   FIELD(bp_capability_info, device_kind, 16)              \
@@ -154,12 +168,29 @@
   FIELD(bp_capability_info, dtypes, 36)                   \
   FIELD(bp_capability_info, reduce_ops, 40)               \
   FIELD(bp_capability_info, flags, 44)                    \
+  SIZE_V1_0(BP_CAPABILITY_INFO_SIZE_V1_2, 56)             \
+  FIELD(bp_capability_info, max_bytes, 48)                \
   SIZE_V1_0(BP_GROUP_OPTIONS_SIZE_V1_0, 28)               \
   SIZEOF(bp_group_options, 32)                            \
   FIELD(bp_group_options, struct_size, 0)                 \
   FIELD(bp_group_options, next, 8)                        \
   FIELD(bp_group_options, name, 16)                       \
   FIELD(bp_group_options, policy, 24)                     \
+  SIZE_V1_0(BP_WORKLOAD_INFO_SIZE_V1_0, 69)               \
+  SIZEOF(bp_workload_info, 72)                            \
+  FIELD(bp_workload_info, struct_size, 0)                 \
+  FIELD(bp_workload_info, next, 8)                        \
+  FIELD(bp_workload_info, group, 16)                      \
+  FIELD(bp_workload_info, collective, 24)                 \
+  FIELD(bp_workload_info, dtype, 28)                      \
+  FIELD(bp_workload_info, reduce_op, 32)                  \
+  FIELD(bp_workload_info, root, 36)                       \
+  FIELD(bp_workload_info, sizes, 40)                      \
+  FIELD(bp_workload_info, size_count, 48)                 \
+  FIELD(bp_workload_info, iterations, 56)                 \
+  FIELD(bp_workload_info, warmup, 60)                     \
+  FIELD(bp_workload_info, modes, 64)                      \
+  FIELD(bp_workload_info, check, 68)                      \
   SIZE_V1_0(BP_COLLECTIVE_REQUEST_SIZE_V1_0, 56)          \
   SIZEOF(bp_collective_request, 56)                       \
   FIELD(bp_collective_request, struct_size, 0)            \

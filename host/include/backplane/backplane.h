@@ -3,6 +3,10 @@
  * read structured errors. Stable within a major version (see CHANGELOG.md).
  *
  * Conventions:
+ *  - Out-structs: the caller sets struct_size; the library writes the fields
+ *    it has and zeroes the rest up to struct_size (since 1.2), at most
+ *    BP_OUT_STRUCT_SIZE_MAX bytes (a larger struct_size is
+ *    BP_INVALID_ARGUMENT).
  *  - Every fallible call returns bp_error*: NULL on success, else an error
  *    the caller owns and frees with bp_error_destroy. Results go through
  *    out-parameters, which are left untouched on failure.
@@ -11,9 +15,25 @@
  *    as the object they came from (the host for listings, the error for
  *    error fields).
  *  - Listings are count-then-get: bp_host_x_count(), then bp_host_x(i).
- *  - A bp_host is thread-safe. A bp_group runs one collective at a time: a
- *    second call while one is being started on another thread returns
- *    BP_INVALID_ARGUMENT. */
+ *  - A bp_host is thread-safe. Collectives on one bp_group are started from
+ *    one thread at a time: a call while another thread is starting one on
+ *    the same group returns BP_INVALID_ARGUMENT.
+ *  - In flight (since 1.2): several collectives may be in flight on one
+ *    group (each _async call returns once its collective started), and
+ *    they complete in start order, as on an in-order queue: collective k's
+ *    results are in the buffers before collective k+1 reads them, and
+ *    event k+1 is never complete before event k. A blocking call queues
+ *    behind the group's collectives in flight and returns when it is done.
+ *    Buffers a collective in flight uses must stay alive and untouched
+ *    until its event completed.
+ *  - Lifetimes (since 1.2), whatever the order of destruction:
+ *    bp_event_destroy of an event in flight waits for its collective;
+ *    bp_group_destroy waits for the group's collectives in flight (their
+ *    events stay valid and keep their outcome); bp_host_destroy releases the
+ *    application's reference to the host: its buffers, groups and events
+ *    stay usable until each is destroyed, and the plugins are unloaded
+ *    when the last of them is. The bp_host pointer itself, and the devices
+ *    borrowed from it, must not be used after bp_host_destroy. */
 #ifndef BACKPLANE_BACKPLANE_H
 #define BACKPLANE_BACKPLANE_H
 
@@ -28,13 +48,28 @@ extern "C" {
 #endif
 
 #define BP_API_VERSION_MAJOR 1
-#define BP_API_VERSION_MINOR 1
+#define BP_API_VERSION_MINOR 2
+
+/* The largest struct_size an out-struct may claim. */
+#define BP_OUT_STRUCT_SIZE_MAX 4096u
 
 #if defined(__GNUC__)
 #define BP_API __attribute__((visibility("default")))
 #else
 #define BP_API
 #endif
+
+/* Versions as one number: (major << 16) | minor. */
+#define BP_MAKE_API_VERSION(major, minor) ((((uint32_t)(major)) << 16) | ((uint32_t)(minor)))
+#define BP_API_VERSION_MAJOR_OF(version) ((uint32_t)(version) >> 16)
+#define BP_API_VERSION_MINOR_OF(version) ((uint32_t)(version) & 0xFFFFu)
+
+/* Since 1.2: the version of the library this process runs against, which
+ * may be newer than the header it was built with (BP_API_VERSION_*). An
+ * application that needs a minor's functions compares the minor; a
+ * function newer than the library is also refused when the application
+ * loads (libbackplane.so has a symbol version per minor, BACKPLANE_1.x). */
+BP_API uint32_t bp_api_version(void);
 
 typedef struct bp_host bp_host;
 typedef struct bp_device bp_device; /* borrowed from its host */
@@ -98,8 +133,10 @@ typedef struct bp_host_options {
  * A plugin that fails to load does not fail the host: it is listed by
  * bp_host_refused. `options` may be NULL. */
 BP_API bp_error *bp_host_create(const bp_host_options *options, bp_host **out);
-/* Destroys the host's groups, devices and buffers' plugins; buffers and
- * events must be destroyed first. */
+/* Releases the application's reference to the host. Its buffers, groups
+ * and events (any still alive) keep working until each is destroyed; the
+ * groups a fleet created, the devices and the plugins go with the last of
+ * them. NULL is ignored. */
 BP_API void bp_host_destroy(bp_host *host);
 /* Load one more plugin file, outside the search path. A refusal is both
  * returned and listed by bp_host_refused. */
@@ -107,7 +144,7 @@ BP_API bp_error *bp_host_load_plugin(bp_host *host, const char *path);
 
 typedef struct bp_plugin_info {
   size_t struct_size;
-  const void *next;
+  void *next; /* writable (1.2): the caller's chain of extensions; the library skips unknown types */
   const char *name;
   const char *version;
   uint32_t abi_major;
@@ -135,7 +172,7 @@ BP_API const bp_error *bp_host_refused(const bp_host *host, size_t index);
 
 typedef struct bp_device_info {
   size_t struct_size;
-  const void *next;
+  void *next; /* writable (1.2): the caller's chain of extensions; the library skips unknown types */
   const char *name;        /* "kind:index", e.g. "cpu:3" */
   const char *kind;
   uint32_t index;          /* within its kind */
@@ -165,15 +202,19 @@ BP_API bp_device *bp_device_base(bp_device *device);
 
 typedef struct bp_capability_info {
   size_t struct_size;
-  const void *next;
+  void *next; /* writable (1.2): the caller's chain of extensions; the library skips unknown types */
   const char *device_kind;
   const char *plugin;
   uint32_t collective; /* bp_collective */
   uint32_t dtypes;     /* mask of (1u << bp_dtype) */
   uint32_t reduce_ops; /* mask of (1u << bp_reduce_op) for reducing collectives, 0 else */
-  uint32_t flags;      /* BP_CAPABILITY_* */
+  uint32_t flags;      /* BP_CAPABILITY_*, for this element type (1.2; per collective before) */
+  /* Since 1.2: the most bytes one buffer of a call may span (the plugin's
+   * row limit, e.g. OpenCL's largest allocation); 0 = no limit. */
+  uint64_t max_bytes;
 } bp_capability_info;
 #define BP_CAPABILITY_INFO_SIZE_V1_0 BP_STRUCT_SIZE(bp_capability_info, flags)
+#define BP_CAPABILITY_INFO_SIZE_V1_2 BP_STRUCT_SIZE(bp_capability_info, max_bytes)
 
 /* The flattened table, one entry per (kind, collective, dtype) that runs
  * at all, with the ops allowed for that dtype. */
@@ -212,6 +253,9 @@ typedef struct bp_group_options {
 BP_API bp_error *bp_group_create(bp_host *host, bp_device *const *ranks, size_t rank_count,
                                  const bp_group_options *options, bp_group **out);
 BP_API size_t bp_group_size(const bp_group *group);
+/* Waits for the group's collectives in flight (their events stay valid,
+ * complete, with their outcome), then destroys it. Must not race with
+ * another call on the same group. */
 BP_API void bp_group_destroy(bp_group *group);
 
 /* Would this run? NULL if yes, else exactly the error the call would
@@ -264,7 +308,7 @@ BP_API const char *bp_group_route(const bp_group *group);
 /* One entry of the fleet's workload, with sizes expanded. */
 typedef struct bp_workload_info {
   size_t struct_size;
-  const void *next;
+  void *next; /* writable (1.2): the caller's chain of extensions; the library skips unknown types */
   bp_group *group;       /* borrowed from the host */
   uint32_t collective;   /* bp_collective */
   uint32_t dtype;        /* bp_dtype */
@@ -372,7 +416,8 @@ BP_API bp_error *bp_event_wait(bp_event *event, int64_t timeout_ns);
 /* true once complete (successfully or not); bp_event_wait(e, 0) then gives
  * the outcome. */
 BP_API bool bp_event_test(bp_event *event);
-/* An event still in flight is released to its plugin, which finishes it. */
+/* An event still in flight is waited for first (without limit), so the
+ * buffers its collective uses may be freed once this returns. */
 BP_API void bp_event_destroy(bp_event *event);
 
 #ifdef __cplusplus

@@ -6,7 +6,8 @@
  *    whatever the minors on either side. Any other major is refused with
  *    BP_PLUGIN_ABI naming both versions.
  *  - Every struct starts with `size_t struct_size` and `const void *next`
- *    (an extension chain, NULL today). A reader accepts any struct_size at
+ *    (`void *next` in out-structs): NULL, or a chain of typed extensions
+ *    (bp_extension_header, types.h). A reader accepts any struct_size at
  *    least the struct's first-release size (BP_..._SIZE_V1_0) and reads the
  *    fields beyond what the writer sent as zero. Structs only grow at the end.
  *  - Arrays of structs are strided by the first element's struct_size. A
@@ -32,9 +33,27 @@
  * `report_error`. (If args->struct_size does not even reach `sink`, the
  * plugin returns BP_PLUGIN_ABI without a message.)
  *
- * Threads: the host never runs two collectives on one comm at once; every
- * other function may be called concurrently on one state, and the plugin
- * synchronises what it shares. */
+ * Extending this ABI (the rule for everything added from 1.2 on):
+ *  - A new function takes one argument struct (struct_size, next, fields).
+ *  - A new family of functions (layers, transports) is a table of its own
+ *    hung off the descriptor through a typed extension, never new required
+ *    entries in bp_plugin_functions: a plugin of one family implements only
+ *    its own table.
+ *  - Every `next` is NULL or points at a chain of typed extensions, each
+ *    beginning with bp_extension_header; a reader skips (and never writes)
+ *    types it does not know. Out-structs have a writable `next`, so the
+ *    caller can chain extensions for the callee to fill.
+ *  - A plugin declares only values (collectives, element types, ops, flag
+ *    bits, extension types) that exist in the host's minor
+ *    (bp_plugin_entry_args.host_abi_minor). A host tolerates the future all
+ *    the same: it skips a capability row whose collective it does not know,
+ *    masks dtype, op and flag bits it does not know, keeps the rest of the
+ *    plugin and logs what it ignored at info.
+ *
+ * Threads: every function may be called concurrently on one state, and the
+ * plugin synchronises what it shares; the one exception is collective_start
+ * on one comm, which the host never calls from two threads at once. What a
+ * comm may have in flight is the in-flight contract at collective_start. */
 #ifndef BACKPLANE_PLUGIN_H
 #define BACKPLANE_PLUGIN_H
 
@@ -49,7 +68,7 @@ extern "C" {
 #endif
 
 #define BP_PLUGIN_ABI_MAJOR 1
-#define BP_PLUGIN_ABI_MINOR 1
+#define BP_PLUGIN_ABI_MINOR 2
 
 #if defined(__GNUC__)
 #define BP_PLUGIN_EXPORT __attribute__((visibility("default")))
@@ -91,10 +110,13 @@ typedef struct bp_host_services {
 
 /* One row of the capability table: on every device of `device_kind`,
  * `collective` runs for every element type in `dtypes` combined with every
- * op in `reduce_ops`. Several rows may name the same (kind, collective);
- * the host takes their union, so "avg for float types only" is two rows.
- * For collectives that do not reduce, reduce_ops is 0 and the op is ignored;
- * barrier's dtypes is 0. */
+ * op in `reduce_ops`, in the modes `flags` names. Several rows may name the
+ * same (kind, collective); the host takes their union, so "avg for float
+ * types only" is two rows. Flags and max_bytes hold for the row's element
+ * types only (since 1.2; a 1.0/1.1 host kept flags per collective). For
+ * collectives that do not reduce, reduce_ops is 0 and the op is ignored;
+ * barrier's dtypes is 0. Values the host's minor does not know are
+ * ignored (see "Extending this ABI" above). */
 typedef struct bp_capability {
   size_t struct_size;
   const void *next;
@@ -103,13 +125,20 @@ typedef struct bp_capability {
   uint32_t dtypes;      /* mask of (1u << bp_dtype) */
   uint32_t reduce_ops;  /* mask of (1u << bp_reduce_op) */
   uint32_t flags;       /* BP_CAPABILITY_* */
+  /* Since 1.2: the most bytes one buffer of a call may span on this device
+   * (count x element size x blocks, types.h), e.g. OpenCL's largest
+   * allocation or Vulkan's maxStorageBufferRange; 0 = no limit. The host
+   * refuses a larger call before it reaches the plugin, naming the limit.
+   * Where rows overlap, the largest limit holds. */
+  uint64_t max_bytes;
 } bp_capability;
 #define BP_CAPABILITY_SIZE_V1_0 BP_STRUCT_SIZE(bp_capability, flags)
+#define BP_CAPABILITY_SIZE_V1_2 BP_STRUCT_SIZE(bp_capability, max_bytes)
 
 /* Out-struct of device_info. */
 typedef struct bp_plugin_device_info {
   size_t struct_size;
-  const void *next;
+  void *next; /* writable: the caller's chain, for the callee to fill (1.2) */
   const char *name;        /* out: the device's own name, e.g. "cpu logical device 3" */
   const char *description; /* out: one line (vendor, driver, memory); may be NULL */
   uint32_t flags;          /* out: BP_DEVICE_* */
@@ -132,7 +161,7 @@ typedef struct bp_plugin_device_info {
 /* Out-struct of kind_info (since 1.1). */
 typedef struct bp_plugin_kind_info {
   size_t struct_size;
-  const void *next;
+  void *next; /* writable: the caller's chain, for the callee to fill (1.2) */
   /* out: one line on the state of the kind on this machine when there is
    * something a user should know, above all why it has no device (e.g. "no
    * OpenCL platform: clGetPlatformIDs returned CL_PLATFORM_NOT_FOUND_KHR");
@@ -145,7 +174,7 @@ typedef struct bp_plugin_kind_info {
 /* Out-struct of comm_info (since 1.1). */
 typedef struct bp_plugin_comm_info {
   size_t struct_size;
-  const void *next;
+  void *next; /* writable: the caller's chain, for the callee to fill (1.2) */
   /* out: how the comm moves data between its ranks, one line (e.g. "one
    * OpenCL context: device to device" or "through host memory: the devices
    * are on different OpenCL platforms"); NULL when there is nothing to say.
@@ -156,7 +185,10 @@ typedef struct bp_plugin_comm_info {
 
 /* In-struct of collective_start. The host has already checked everything
  * the capability table and the buffer sizes can tell (see types.h for the
- * element counts of each collective), so a plugin may trust it. */
+ * element counts of each collective): enums in range and declared, root in
+ * range, rank_count equal to the comm's size, every used buffer present,
+ * on the rank's device and large enough, max_bytes respected. A plugin may
+ * trust all of it and keep only the checks its own memory safety needs. */
 typedef struct bp_collective_args {
   size_t struct_size;
   const void *next;
@@ -172,8 +204,19 @@ typedef struct bp_collective_args {
    * NULL for barrier. */
   bp_plugin_buffer *const *send;
   bp_plugin_buffer *const *recv;
+  /* Since 1.2: BP_COLLECTIVE_*; 0 from a 1.0/1.1 host. */
+  uint32_t flags;
 } bp_collective_args;
 #define BP_COLLECTIVE_ARGS_SIZE_V1_0 BP_STRUCT_SIZE(bp_collective_args, recv)
+#define BP_COLLECTIVE_ARGS_SIZE_V1_2 BP_STRUCT_SIZE(bp_collective_args, flags)
+
+/* bp_collective_args.flags */
+/* The caller waits for the request as soon as start returns (a blocking
+ * call, or a 1.0/1.1 host): completing it on the calling thread, before
+ * returning, costs the caller nothing. Without it (an _async call) the
+ * caller's thread goes on with other work, and a plugin that can run the
+ * collective apart from it should. */
+#define BP_COLLECTIVE_CALLER_WAITS 0x1u
 
 /* The plugin's function table. Devices are addressed by (kind index into
  * the descriptor's device_kinds, device index < device_count). Every entry
@@ -222,11 +265,25 @@ typedef struct bp_plugin_functions {
   void (*comm_destroy)(bp_plugin_state *state, bp_plugin_comm *comm);
 
   /* Start a collective. On BP_OK, *out is a request to test or wait on, or
-   * NULL when the collective already completed. The host never starts two
-   * collectives on one comm at once. In place may differ from rank to rank
-   * (types.h); a recv buffer never overlaps another rank's buffers; in-place
-   * reduce_scatter and scatter leave the other blocks of send[r] as they
-   * were. */
+   * NULL when the collective already completed. In place may differ from
+   * rank to rank (types.h); a recv buffer never overlaps another rank's
+   * buffers; in-place reduce_scatter and scatter leave the other blocks of
+   * send[r] as they were. `args` and its arrays are borrowed for this call
+   * only: a request that outlives it keeps its own copy of what it needs.
+   *
+   * The in-flight contract (since 1.2):
+   *  - The host never calls collective_start on one comm from two threads
+   *    at once.
+   *  - A plugin of minor >= 2 may have several requests in flight on one
+   *    comm: a start may come while earlier requests of the comm are still
+   *    in flight, and the plugin completes them in start order: request k's
+   *    effects on the buffers happen before request k+1 reads or writes
+   *    them (as on an in-order queue), and k+1 is never complete before k.
+   *  - A plugin of minor 0 or 1 is never given a second request on a comm
+   *    while one is in flight: the host waits for the first itself.
+   *  - The host releases a request only once it completed (it waits first),
+   *    and destroys a comm only once every request of it was released; a
+   *    buffer is destroyed only while no request in flight uses it. */
   int32_t (*collective_start)(bp_plugin_state *state, bp_plugin_comm *comm,
                               const bp_collective_args *args, bp_plugin_request **out,
                               bp_error_sink *sink);
@@ -240,8 +297,9 @@ typedef struct bp_plugin_functions {
    * leaves the request in flight and valid. */
   int32_t (*request_wait)(bp_plugin_state *state, bp_plugin_request *request,
                           int64_t timeout_ns, bp_error_sink *sink);
-  /* Forget the request; when still in flight the plugin finishes or cancels
-   * it on its own, without touching the group's buffers afterwards. */
+  /* Forget the request. A 1.2 host calls it only on a completed request; a
+   * plugin that is handed one still in flight (an older host) finishes it
+   * first, so that nothing touches the group's buffers afterwards. */
   void (*request_release)(bp_plugin_state *state, bp_plugin_request *request);
 
   /* Since 1.1; each may be NULL (nothing to say). */
@@ -282,8 +340,16 @@ typedef struct bp_plugin_entry_args {
   bp_error_sink *sink;              /* in: where a refusal reports why */
   const bp_plugin_descriptor *descriptor; /* out: plugin-owned, valid until destroy */
   bp_plugin_state *state;                 /* out: passed to every function */
+  /* Since 1.2. in: every option the host was given for device kinds, one
+   * JSON object keyed by kind as text (e.g. {"cpu": {"threads": 2},
+   * "vulkan": {"ranks_per_device": 4}}, from bp_host_options and the fleet
+   * file); "{}" when there are none; borrowed for the call. A plugin reads
+   * the entries of its own kinds here when they shape what it declares
+   * (its kinds, rows, limits); configure() still follows per kind. */
+  const char *options_json;
 } bp_plugin_entry_args;
 #define BP_PLUGIN_ENTRY_ARGS_SIZE_V1_0 BP_STRUCT_SIZE(bp_plugin_entry_args, state)
+#define BP_PLUGIN_ENTRY_ARGS_SIZE_V1_2 BP_STRUCT_SIZE(bp_plugin_entry_args, options_json)
 
 /* The one symbol a plugin exports. Returns BP_OK with descriptor and state
  * set, or a refusal code (BP_PLUGIN_INIT, BP_PLUGIN_ABI, ...) after

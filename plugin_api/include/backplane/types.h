@@ -134,6 +134,26 @@ static inline bp_rank_buffers bp_rank_buffers_of(uint32_t collective, size_t ran
  * struct_size against to know whether FIELD was sent. */
 #define BP_STRUCT_SIZE(type, field) (offsetof(type, field) + sizeof(((type *)0)->field))
 
+/* The header of every typed extension (since 1.2): what a `next` points
+ * at. `type` is a BP_EXTENSION_* value from the registry below; a reader
+ * that does not know it skips the extension (struct_size says how long it
+ * is) and follows its `next`. Chains are short: a host reads at most
+ * BP_EXTENSION_CHAIN_MAX links and ignores the rest. */
+typedef struct bp_extension_header {
+  size_t struct_size;
+  void *next;
+  uint32_t type;
+} bp_extension_header;
+#define BP_EXTENSION_HEADER_SIZE_V1_2 BP_STRUCT_SIZE(bp_extension_header, type)
+#define BP_EXTENSION_CHAIN_MAX 64
+
+/* Registry of extension type ids, shared by both ABIs (plugin.h and
+ * backplane.h chain the same header). Ids are never reused; 0 is no type. New ids are
+ * appended here with the minor that introduced them. None is defined by
+ * 1.2 itself: the registry exists so that the layer and transport tables
+ * (and later extensions) have a place that every reader already skips. */
+#define BP_EXTENSION_NONE 0u
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

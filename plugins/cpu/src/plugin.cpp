@@ -145,6 +145,7 @@ const bp_plugin_functions kFunctions = {
     nullptr,  // comm_info: every rank shares the process's memory
 };
 
+// The descriptor but for its rows, which each state narrows to its host.
 const bp_plugin_descriptor kDescriptor = {
     sizeof(bp_plugin_descriptor),
     nullptr,
@@ -154,8 +155,8 @@ const bp_plugin_descriptor kDescriptor = {
     kPluginVersion,
     kDeviceKinds,
     sizeof kDeviceKinds / sizeof kDeviceKinds[0],
-    plugin_support::kEveryCollectiveRows.data(),
-    plugin_support::kEveryCollectiveRows.size(),
+    nullptr,
+    0,
     &kFunctions,
 };
 
@@ -171,7 +172,11 @@ std::int32_t entry(bp_plugin_entry_args *args, const bp_host_services *services,
   log(services, BP_LOG_DEBUG, "cpu plugin %s: %u logical devices on %s; %u threads; kernels for %s", kPluginVersion,
       static_cast<unsigned>(state->device_count), state->cpu_model.c_str(), static_cast<unsigned>(state->threads),
       kernel_target_name());
-  args->descriptor = &kDescriptor;
+  state->rows = plugin_support::rows_for_host(plugin_support::kEveryCollectiveRows, args->host_abi_minor);
+  state->descriptor = kDescriptor;
+  state->descriptor.capabilities = state->rows.data();
+  state->descriptor.capability_count = state->rows.size();
+  args->descriptor = &state->descriptor;
   args->state = state.release();
   return BP_OK;
 }

@@ -18,6 +18,10 @@
 // One per bp_plugin_entry call, so two hosts in one process never share one.
 struct bp_plugin_state {
   const bp_host_services *services = nullptr;
+  // What this state declares, narrowed to the host's ABI minor at entry
+  // (plugin_support::rows_for_host), and the descriptor pointing at it.
+  std::vector<bp_capability> rows;
+  bp_plugin_descriptor descriptor{};
 
   // The host is thread-safe, so configure, buffer and comm calls may race;
   // this guards the fields below it. Collectives never take it.

@@ -1,24 +1,59 @@
 // Capability rows as the in-tree plugins declare them (plugin.h has the
 // row's meaning): masks of element types and reduce ops, one row builder,
-// and the table of a kind that runs everything.
+// the table of a kind that runs everything, and the narrowing of any table
+// to what the host's ABI minor knows.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "backplane/plugin.h"
 
 namespace backplane::plugin_support {
 
+// The plugin ABI minor that introduced each value this header knows. A
+// plugin declares only what the host's minor knows (plugin.h, "Extending
+// this ABI"): a value appended later is masked out for an older host,
+// which would otherwise have to refuse or guess. Every value to date
+// exists since 1.0.
+inline constexpr std::array<std::uint32_t, BP_COLLECTIVE_COUNT> kCollectiveSinceMinor = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+inline constexpr std::array<std::uint32_t, BP_DTYPE_COUNT> kDtypeSinceMinor = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+inline constexpr std::array<std::uint32_t, BP_REDUCE_OP_COUNT> kReduceOpSinceMinor = {0, 0, 0, 0, 0};
+// Capability flag bits and the minor of each: in place, out of place.
+inline constexpr std::array<std::uint32_t, 2> kCapabilityFlagSinceMinor = {0, 0};
+
+template <std::size_t N>
+constexpr std::uint32_t mask_known_to(const std::array<std::uint32_t, N> &since, std::uint32_t host_minor) {
+  std::uint32_t mask = 0;
+  for (std::size_t value = 0; value < N; ++value)
+    if (since[value] <= host_minor) mask |= 1u << value;
+  return mask;
+}
+
+constexpr std::uint32_t known_dtypes(std::uint32_t host_minor) { return mask_known_to(kDtypeSinceMinor, host_minor); }
+constexpr std::uint32_t known_reduce_ops(std::uint32_t host_minor) {
+  return mask_known_to(kReduceOpSinceMinor, host_minor);
+}
+constexpr std::uint32_t known_capability_flags(std::uint32_t host_minor) {
+  return mask_known_to(kCapabilityFlagSinceMinor, host_minor);
+}
+constexpr bool collective_known(std::uint32_t collective, std::uint32_t host_minor) {
+  return collective < BP_COLLECTIVE_COUNT && kCollectiveSinceMinor[collective] <= host_minor;
+}
+
+// Every element type this header knows: a mask for building tables. What a
+// plugin hands a host goes through rows_for_host(), which narrows it.
 inline constexpr std::uint32_t kAllDtypes = (1u << BP_DTYPE_COUNT) - 1;
 inline constexpr std::uint32_t kFloatDtypes = (1u << BP_F16) | (1u << BP_BF16) | (1u << BP_F32) | (1u << BP_F64);
 inline constexpr std::uint32_t kArithmeticOps = (1u << BP_SUM) | (1u << BP_PROD) | (1u << BP_MIN) | (1u << BP_MAX);
 inline constexpr std::uint32_t kAvg = 1u << BP_AVG;
 
-// A row for both modes (in place and out of place).
+// A row for both modes (in place and out of place), without a size limit.
 constexpr bp_capability capability_row(std::uint32_t collective, std::uint32_t dtypes, std::uint32_t reduce_ops) {
   return bp_capability{sizeof(bp_capability), nullptr, 0, collective, dtypes, reduce_ops,
-                       BP_CAPABILITY_IN_PLACE | BP_CAPABILITY_OUT_OF_PLACE};
+                       BP_CAPABILITY_IN_PLACE | BP_CAPABILITY_OUT_OF_PLACE, 0};
 }
 
 // Every collective, every element type, in place and out of place; sum,
@@ -39,5 +74,11 @@ inline constexpr std::array<bp_capability, 12> kEveryCollectiveRows = {
     capability_row(BP_ALL_TO_ALL, kAllDtypes, 0),
     capability_row(BP_BARRIER, 0, 0),
 };
+
+// `rows` as a host of plugin ABI minor `host_minor` may read them: rows of
+// collectives it does not know dropped, unknown dtype, op and flag bits
+// cleared, and a row left with no element type dropped (barrier has none
+// to lose).
+std::vector<bp_capability> rows_for_host(std::span<const bp_capability> rows, std::uint32_t host_minor);
 
 }  // namespace backplane::plugin_support
