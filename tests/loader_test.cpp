@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <cstring>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -689,6 +691,58 @@ TEST(LoaderTest, PluginDirectoryWritableByGroupOrOthersIsRefused) {
     EXPECT_TRUE(all_reduce_works(host, "cpu", kCpuDevices));
     ::chmod(writable.path().c_str(), 0755);
   }
+}
+
+// A symlink in a safe directory whose target sits in a directory others can
+// write: the target's directory decides, not the link's.
+TEST(LoaderTest, SymlinkIntoAWritableDirectoryIsRefused) {
+  TempDir writable;
+  fs::path target = writable.copy_in(fixture_path("good"));
+  if (!chmod_sticks(writable.path(), 0777)) GTEST_SKIP() << "this file system ignores chmod";
+  TempDir safe;
+  safe.copy_in(plugin_path("cpu"));
+  fs::create_symlink(target, safe.path() / "libbackplane_good.so");
+  Host host = make_host({safe.path().string()}, kPluginOptions);
+  EXPECT_EQ(plugin_names(host), std::set<std::string>{"cpu"}) << describe_refused(host);
+  ASSERT_EQ(host.refused().size(), 1u) << describe_refused(host);
+  const bp_error *refusal = host.refused()[0];
+  EXPECT_EQ(bp_error_code(refusal), BP_PLUGIN_LOAD) << json_of(refusal);
+  EXPECT_NE(std::string(bp_error_message(refusal)).find(writable.path().filename().string()), std::string::npos)
+      << "refusal does not name the target's directory: " << json_of(refusal);
+  ::chmod(writable.path().c_str(), 0755);
+}
+
+// A plugin file another ordinary user owns is that user's code.
+TEST(LoaderTest, PluginFileOwnedByAnotherUserIsRefused) {
+  TempDir dir;
+  fs::path good = dir.copy_in(fixture_path("good"));
+  dir.copy_in(plugin_path("cpu"));
+  constexpr uid_t kSomeoneElse = 54321;
+  if (::geteuid() != 0 || ::chown(good.c_str(), kSomeoneElse, static_cast<gid_t>(-1)) != 0)
+    GTEST_SKIP() << "changing a file's owner needs root";
+  Host host = make_host({dir.path().string()}, kPluginOptions);
+  ASSERT_EQ(host.refused().size(), 1u) << describe_refused(host);
+  const bp_error *refusal = refusal_of(host, good);
+  ASSERT_NE(refusal, nullptr) << describe_refused(host);
+  EXPECT_EQ(bp_error_code(refusal), BP_PLUGIN_LOAD) << json_of(refusal);
+  EXPECT_EQ(text_field(refusal, "owner_uid"), std::to_string(kSomeoneElse)) << json_of(refusal);
+  EXPECT_TRUE(all_reduce_works(host, "cpu", kCpuDevices));
+}
+
+// A FIFO named like a plugin: opening it for reading would block forever
+// (no writer). It is refused as not a regular file, at once.
+TEST(LoaderTest, FifoNamedLikeAPluginIsRefusedWithoutBlocking) {
+  TempDir dir;
+  dir.copy_in(plugin_path("cpu"));
+  const fs::path fifo = dir.path() / "libbackplane_fifo.so";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0) << std::strerror(errno);
+  Host host = make_host({dir.path().string()}, kPluginOptions);
+  ASSERT_EQ(host.refused().size(), 1u) << describe_refused(host);
+  const bp_error *refusal = host.refused()[0];
+  EXPECT_EQ(text_field(refusal, "file"), fifo.string()) << json_of(refusal);
+  EXPECT_EQ(bp_error_code(refusal), BP_PLUGIN_LOAD) << json_of(refusal);
+  EXPECT_NE(std::string(bp_error_message(refusal)).find("not a regular file"), std::string::npos) << json_of(refusal);
+  EXPECT_TRUE(all_reduce_works(host, "cpu", kCpuDevices));
 }
 
 // ---- search order -------------------------------------------------------------
