@@ -11,10 +11,13 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <thread>
 #include <chrono>
 #include <cstring>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -193,6 +196,74 @@ TEST(InFlightTest, PluginOfMinorOneSeesOneRequestAtATime) {
   fixture.destroy_buffers();
   bp_group_destroy(fixture.group);
   bp_host_destroy(fixture.host);
+  EXPECT_EQ(log.violations(), "");
+}
+
+// Four threads each start three collectives on a group of their own (the
+// groups share devices), leave them in flight, and the main thread waits
+// for all twelve in reverse order; a test on another thread polls them
+// meanwhile. For ThreadSanitizer: the host's in-flight bookkeeping across
+// threads, on a plugin that completes requests on a thread of its own.
+TEST(InFlightTest, CollectivesStartedOnManyThreadsAreWaitedOnAnother) {
+  ViolationLog log;
+  TempDir dir;
+  dir.copy_in(fixture_path("async"));
+  Host host = make_host({dir.path().string()});
+  std::vector<Device> devices;
+  ASSERT_TRUE(find_devices(host, "async", 4, devices));
+  constexpr size_t kThreads = 4, kPerThread = 3, kCount = 256;
+  struct PerThread {
+    std::optional<Group> group;
+    std::vector<Buffer> buffers;
+    std::vector<bp_event *> events;
+  };
+  std::vector<PerThread> work(kThreads);
+  for (size_t t = 0; t < kThreads; ++t) {
+    const std::vector<Device> pair = {devices[t], devices[(t + 1) % 4]};
+    Result<Group> group = host.create_group(pair);
+    ASSERT_TRUE(group) << group.error().json();
+    work[t].group = std::move(group).value();
+    for (size_t r = 0; r < 2; ++r) {
+      work[t].buffers.push_back(Buffer::create(work[t].group->device(r), kCount * sizeof(float)).value());
+      std::vector<float> ones(kCount, 1.0f);
+      ASSERT_TRUE(work[t].buffers.back().write(std::span<const float>(ones)));
+    }
+  }
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      bp_buffer *ranks[2] = {work[t].buffers[0].get(), work[t].buffers[1].get()};
+      for (size_t k = 0; k < kPerThread; ++k) {
+        bp_event *event = nullptr;
+        bp_error *error = bp_all_reduce_async(work[t].group->get(), ranks, ranks, kCount, BP_F32, BP_SUM, &event);
+        if (error) {
+          ADD_FAILURE() << code_and_json(error);
+          return;
+        }
+        work[t].events.push_back(event);
+      }
+    });
+  }
+  for (std::thread &thread : threads) thread.join();
+  std::atomic<bool> stop{false};
+  std::thread poller([&] {
+    while (!stop.load())
+      for (PerThread &each : work)
+        for (bp_event *event : each.events) (void)bp_event_test(event);
+  });
+  for (size_t t = kThreads; t-- > 0;)
+    for (size_t k = kPerThread; k-- > 0;) EXPECT_EQ(code_and_json(bp_event_wait(work[t].events[k], -1)), "OK");
+  stop.store(true);
+  poller.join();
+  for (PerThread &each : work) {
+    for (bp_event *event : each.events) bp_event_destroy(event);
+    for (const Buffer &buffer : each.buffers) {
+      std::vector<float> got(kCount);
+      ASSERT_TRUE(buffer.read(std::span<float>(got)));
+      EXPECT_EQ(got[0], 8.0f);
+      EXPECT_EQ(got[kCount - 1], 8.0f);
+    }
+  }
   EXPECT_EQ(log.violations(), "");
 }
 
