@@ -5,14 +5,19 @@
 # minor runs against this library and fails at load against a stand-in of
 # the minor before, naming the node it lacks. Registered by
 # tests/abi/CMakeLists.txt (ctest label abi).
+#
+# A library without symbol versions (1.0 and 1.1 were built so) cannot
+# refuse at load: the loader only warns, and the newer function fails at its
+# first call, or at load under LD_BIND_NOW=1 / -Wl,-z,now; checked too.
 set -euo pipefail
 
-library="" app="" previous_dir="" newest_node="" map="" header="" readelf=readelf
+library="" app="" previous_dir="" unversioned_dir="" newest_node="" map="" header="" readelf=readelf
 while [ $# -gt 0 ]; do
   case "$1" in
     --library) library=$2 ;;
     --app) app=$2 ;;
     --previous-library-dir) previous_dir=$2 ;;
+    --unversioned-library-dir) unversioned_dir=$2 ;;
     --newest-node) newest_node=$2 ;;
     --map) map=$2 ;;
     --header) header=$2 ;;
@@ -21,7 +26,7 @@ while [ $# -gt 0 ]; do
   esac
   shift 2
 done
-[ -n "$library" ] && [ -n "$app" ] && [ -n "$previous_dir" ] && [ -n "$newest_node" ] && [ -n "$map" ] &&
+[ -n "$library" ] && [ -n "$app" ] && [ -n "$previous_dir" ] && [ -n "$unversioned_dir" ] && [ -n "$newest_node" ] && [ -n "$map" ] &&
   [ -n "$header" ] || { echo "symbol_versions_test: missing arguments" >&2; exit 2; }
 
 failures=0
@@ -94,6 +99,15 @@ echo "against $previous_dir/libbackplane.so.1 (no $newest_node): status $status:
 if [ "$status" = 0 ]; then
   fail "$app ran against a library without $newest_node"
 elif ! grep -q "version \`$newest_node' not found" <<<"$output"; then
+  fail "the loader's refusal does not name $newest_node"
+fi
+# ... and, bound at load, against an unversioned one like 1.0 and 1.1.
+status=0
+output=$(LD_BIND_NOW=1 LD_LIBRARY_PATH="$unversioned_dir" "$app" 2>&1) || status=$?
+echo "against $unversioned_dir/libbackplane.so.1 (no versions), LD_BIND_NOW=1: status $status: $output"
+if [ "$status" = 0 ]; then
+  fail "$app ran against a library without its newest function"
+elif ! grep -q "version $newest_node" <<<"$output"; then
   fail "the loader's refusal does not name $newest_node"
 fi
 

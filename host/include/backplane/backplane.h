@@ -66,9 +66,12 @@ extern "C" {
 
 /* Since 1.2: the version of the library this process runs against, which
  * may be newer than the header it was built with (BP_API_VERSION_*). An
- * application that needs a minor's functions compares the minor; a
- * function newer than the library is also refused when the application
- * loads (libbackplane.so has a symbol version per minor, BACKPLANE_1.x). */
+ * application that needs a minor's functions compares the minor.
+ * libbackplane.so has a symbol version per minor (BACKPLANE_1.0, 1.1,
+ * 1.2, ...): against a library of 1.2 or later, a program that calls a
+ * function newer than the library is refused when it loads, naming the
+ * version; a 1.0/1.1 library has no versions, so there the loader only
+ * warns and the call fails when first made (at load with -z now). */
 BP_API uint32_t bp_api_version(void);
 
 typedef struct bp_host bp_host;
