@@ -125,6 +125,13 @@ struct AsyncGroup {
     for (bp_buffer *buffer : buffers) bp_buffer_destroy(buffer);
     buffers.clear();
   }
+  // Buffers, then the group, then the host: the order an application would
+  // pick; the LifetimeTests try the others.
+  void destroy_all() {
+    destroy_buffers();
+    bp_group_destroy(group);
+    bp_host_destroy(host);
+  }
 };
 
 TEST(InFlightTest, SeveralCollectivesInFlightOnOneGroupCompleteInStartOrder) {
@@ -143,9 +150,7 @@ TEST(InFlightTest, SeveralCollectivesInFlightOnOneGroupCompleteInStartOrder) {
   EXPECT_EQ(code_and_json(bp_event_wait(events[0], 0)), "OK");
   EXPECT_TRUE(fixture.every_element_is(8.0f));  // 1 -> 2 -> 4 -> 8: each read the one before
   for (bp_event *event : events) bp_event_destroy(event);
-  fixture.destroy_buffers();
-  bp_group_destroy(fixture.group);
-  bp_host_destroy(fixture.host);
+  fixture.destroy_all();
   EXPECT_EQ(log.violations(), "");
 }
 
@@ -158,9 +163,7 @@ TEST(InFlightTest, WaitThatRunsOutIsTimeoutAndTheEventStaysInFlight) {
   EXPECT_EQ(code_and_json(bp_event_wait(event, -1)), "OK");  // the outcome, again
   EXPECT_TRUE(fixture.every_element_is(2.0f));
   bp_event_destroy(event);
-  fixture.destroy_buffers();
-  bp_group_destroy(fixture.group);
-  bp_host_destroy(fixture.host);
+  fixture.destroy_all();
   EXPECT_EQ(log.violations(), "");
 }
 
@@ -177,9 +180,7 @@ TEST(InFlightTest, BlockingCallQueuesBehindTheGroupsCollectivesInFlight) {
   EXPECT_TRUE(fixture.every_element_is(27.0f));
   bp_event_destroy(second);
   bp_event_destroy(first);
-  fixture.destroy_buffers();
-  bp_group_destroy(fixture.group);
-  bp_host_destroy(fixture.host);
+  fixture.destroy_all();
   EXPECT_EQ(log.violations(), "");
 }
 
@@ -193,9 +194,7 @@ TEST(InFlightTest, PluginOfMinorOneSeesOneRequestAtATime) {
   EXPECT_EQ(code_and_json(bp_event_wait(events[2], -1)), "OK");
   EXPECT_TRUE(fixture.every_element_is(8.0f));
   for (bp_event *event : events) bp_event_destroy(event);
-  fixture.destroy_buffers();
-  bp_group_destroy(fixture.group);
-  bp_host_destroy(fixture.host);
+  fixture.destroy_all();
   EXPECT_EQ(log.violations(), "");
 }
 
@@ -275,9 +274,7 @@ TEST(LifetimeTest, EventDestroyedInFlightWaitsForItsCollective) {
   bp_event *event = fixture.start();
   bp_event_destroy(event);  // in flight: waits, so the buffers are final and free to go
   EXPECT_TRUE(fixture.every_element_is(2.0f));
-  fixture.destroy_buffers();
-  bp_group_destroy(fixture.group);
-  bp_host_destroy(fixture.host);
+  fixture.destroy_all();
   EXPECT_EQ(log.violations(), "");
 }
 
