@@ -1,0 +1,389 @@
+// Fleet files, stage 3: the meaning of a valid document against the loaded
+// plugins, and the all-or-nothing commit of devices, groups and workload.
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+#include "fleet_meaning.hpp"
+#include "fleet_schema.hpp"
+#include "host.hpp"
+#include "names.hpp"
+#include "sizes.hpp"
+
+namespace backplane {
+namespace fs = std::filesystem;
+
+namespace {
+
+// Stage 3: meaning, against the plugins the host has loaded. Builds the
+// named devices, groups and workload aside, and commits them only when no
+// problem was found.
+class FleetLoader {
+ public:
+  FleetLoader(bp_host &host, const nlohmann::json &document, Problems &problems)
+      : host_(host), document_(document), problems_(problems) {}
+
+  ~FleetLoader() {
+    for (bp_group *group : groups_) destroy_group(group);
+  }
+
+  Status load() {
+    std::unique_lock lock(host_.mutex);
+    check_devices();
+    check_groups();
+    check_workload();
+    if (!problems_.empty()) return std::move(problems_).to_error();
+    commit();
+    return {};
+  }
+
+ private:
+  std::vector<std::string> known_kinds() const {
+    std::vector<std::string> kinds;
+    for (const auto &kind : host_.kinds) kinds.push_back(kind->name);
+    return kinds;
+  }
+
+  const DeviceKind *find_kind(const std::string &name) const {
+    for (const auto &kind : host_.kinds) {
+      if (kind->name == name) return kind.get();
+    }
+    return nullptr;
+  }
+
+  bp_device *find_host_device(const std::string &kind, uint64_t index) const {
+    for (const auto &device : host_.devices) {
+      if (device->kind->name == kind && device->index == index) return device.get();
+    }
+    return nullptr;
+  }
+
+  size_t device_count(const std::string &kind) const {
+    return static_cast<size_t>(std::count_if(host_.devices.begin(), host_.devices.end(),
+                                             [&](const auto &device) { return device->kind->name == kind; }));
+  }
+
+  void kind_not_found(const std::string &pointer, const std::string &kind) {
+    nlohmann::json refused = nlohmann::json::array();
+    std::vector<std::string> candidates = known_kinds();
+    for (const RefusedPlugin &record : host_.refused) {
+      refused.push_back(nlohmann::json::parse(bp_error_json(record.error)));
+      for (const auto &[declared_kind, set] : record.declared) candidates.push_back(declared_kind);
+      // A refused libbackplane_vulkan.so makes 'vulkn' a typo of 'vulkan'.
+      if (const char *file = bp_error_field(record.error, "file")) {
+        const std::string stem = fs::path(file).stem().string();
+        if (stem.rfind("libbackplane_", 0) == 0) candidates.push_back(stem.substr(13));
+      }
+    }
+    std::string reason = "unknown device kind '" + kind + "': no loaded plugin provides it";
+    const std::vector<std::string> loaded = known_kinds();
+    std::string list;
+    for (const std::string &name : loaded) list += (list.empty() ? "" : ", ") + name;
+    reason += loaded.empty() ? " (no plugin is loaded)" : " (known: " + list + ")";
+    if (!refused.empty()) reason += "; " + std::to_string(refused.size()) + " plugin file(s) were refused";
+    std::string hint = did_you_mean(kind, candidates);
+    if (hint.empty()) hint = "copy libbackplane_" + kind + ".so into a plugin directory, or see why it was refused";
+    problems_.add(BP_PLUGIN_NOT_FOUND, pointer, kind, reason, hint).with("known_kinds", loaded).with("refused", refused);
+  }
+
+  void check_devices() {
+    const nlohmann::json &devices = document_.value("devices", nlohmann::json::array());
+    for (size_t i = 0; i < devices.size(); ++i) {
+      const nlohmann::json &entry = devices[i];
+      const std::string at = "/devices/" + std::to_string(i);
+      const std::string name = entry["name"].get<std::string>();
+      if (auto earlier = first_device_entry_.find(name); earlier != first_device_entry_.end()) {
+        problems_.add(BP_CONFIG, at + "/name", name,
+                      "duplicate device name '" + name + "' (first at " + earlier->second + ")");
+        continue;
+      }
+      first_device_entry_[name] = at;
+      if (entry.contains("over") || entry.contains("layers")) {
+        problems_.add(BP_CONFIG, at + (entry.contains("over") ? "/over" : "/layers"),
+                      entry.contains("over") ? entry["over"] : entry["layers"],
+                      "layered devices are not available in this version", "remove 'over' and 'layers'");
+        continue;
+      }
+      if (!entry.contains("kind")) {
+        problems_.add(BP_CONFIG, at, entry, "a device needs a 'kind'", "add \"kind\": \"cpu\", for example");
+        continue;
+      }
+      const std::string kind = entry["kind"].get<std::string>();
+      if (!find_kind(kind)) {
+        kind_not_found(at + "/kind", kind);
+        continue;
+      }
+      if (entry.contains("options")) check_options(at + "/options", kind, entry["options"]);
+      const uint64_t first = entry.value("index", uint64_t{0});
+      const uint64_t count = entry.value("count", uint64_t{1});
+      const size_t available = device_count(kind);
+      if (first + count > available) {
+        const std::string pointer = at + (entry.contains("count") ? "/count" : "/index");
+        problems_.add(BP_CONFIG, pointer, entry.contains("count") ? entry["count"] : entry["index"],
+                      "devices " + kind + ":" + std::to_string(first) + ".." + kind + ":" +
+                          std::to_string(first + count - 1) + " are beyond the " + std::to_string(available) + " " +
+                          kind + " device(s) the plugin enumerates",
+                      available ? "use indices below " + std::to_string(available) +
+                                      (kind == "cpu" ? ", or raise the count with \"options\": {\"devices\": N}" : "")
+                                : "this machine has no " + kind + " device");
+        continue;
+      }
+      std::vector<bp_device *> named;
+      for (uint64_t index = first; index < first + count; ++index) named.push_back(find_host_device(kind, index));
+      if (host_.device_names.count(name)) {
+        problems_.add(BP_CONFIG, at + "/name", name, "device name '" + name + "' is already taken by a loaded fleet");
+        continue;
+      }
+      names_[name] = std::move(named);
+    }
+  }
+
+  void check_options(const std::string &pointer, const std::string &kind, const nlohmann::json &options) {
+    auto configured = host_.plugin_options.find(kind);
+    const nlohmann::json current = configured == host_.plugin_options.end() ? nlohmann::json::object() : *configured;
+    if (options != current) {
+      problems_.add(BP_CONFIG, pointer, options,
+                    "options for device kind '" + kind + "' differ from those its plugin was configured with (" +
+                        current.dump() + ")",
+                    "create the host with bp_host_create_from_fleet_file (as `backplane run FLEET` does) so the "
+                    "options reach the plugin before its devices are enumerated");
+    }
+  }
+
+  // A group member: a fleet name (all its devices) or kind:index.
+  std::vector<bp_device *> resolve(const std::string &pointer, const std::string &reference) {
+    if (auto named = names_.find(reference); named != names_.end()) return named->second;
+    if (auto named = host_.device_names.find(reference); named != host_.device_names.end()) return named->second;
+    const size_t colon = reference.rfind(':');
+    if (colon != std::string::npos) {
+      const std::string kind = reference.substr(0, colon), index_text = reference.substr(colon + 1);
+      const bool numeric = !index_text.empty() && index_text.find_first_not_of("0123456789") == std::string::npos &&
+                           index_text.size() < 10;
+      if (numeric && find_kind(kind)) {
+        const uint64_t index = std::stoull(index_text);
+        if (bp_device *device = find_host_device(kind, index)) return {device};
+        problems_.add(BP_CONFIG, pointer, reference,
+                      "device '" + reference + "' does not exist: the plugin enumerates " +
+                          std::to_string(device_count(kind)) + " " + kind + " device(s)");
+        return {};
+      }
+      if (numeric) {
+        kind_not_found(pointer, kind);
+        return {};
+      }
+    }
+    std::vector<std::string> candidates;
+    for (const auto &[name, devices] : names_) candidates.push_back(name);
+    for (const auto &device : host_.devices) candidates.push_back(device->name);
+    problems_.add(BP_CONFIG, pointer, reference, "unknown device '" + reference + "'", did_you_mean(reference, candidates));
+    return {};
+  }
+
+  void check_groups() {
+    const nlohmann::json &groups = document_.value("groups", nlohmann::json::array());
+    std::map<std::string, std::string> first_entry;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const nlohmann::json &entry = groups[g];
+      const std::string at = "/groups/" + std::to_string(g);
+      const std::string name = entry["name"].get<std::string>();
+      bool good = true;
+      if (auto earlier = first_entry.find(name); earlier != first_entry.end()) {
+        problems_.add(BP_CONFIG, at + "/name", name, "duplicate group name '" + name + "' (first at " + earlier->second + ")");
+        good = false;
+      } else if (std::any_of(host_.groups.begin(), host_.groups.end(), [&](const auto &group) { return group->name == name; })) {
+        problems_.add(BP_CONFIG, at + "/name", name, "group name '" + name + "' is already taken by a loaded fleet");
+        good = false;
+      }
+      first_entry.emplace(name, at);
+      std::vector<bp_device *> ranks;
+      std::map<bp_device *, std::string> seen;
+      const nlohmann::json &members = entry["devices"];
+      for (size_t k = 0; k < members.size(); ++k) {
+        const std::string pointer = at + "/devices/" + std::to_string(k);
+        const std::string reference = members[k].get<std::string>();
+        std::vector<bp_device *> resolved = resolve(pointer, reference);
+        if (resolved.empty()) good = false;
+        for (bp_device *device : resolved) {
+          if (auto twice = seen.find(device); twice != seen.end()) {
+            problems_.add(BP_CONFIG, pointer, reference,
+                          "device '" + device->name + "' appears twice in group '" + name + "' (also at " + twice->second + ")",
+                          "a device may appear once in a group");
+            good = false;
+            continue;
+          }
+          seen.emplace(device, pointer);
+          ranks.push_back(device);
+        }
+      }
+      if (!good) continue;
+      bp_group_options options{};
+      options.struct_size = sizeof options;
+      options.name = name.c_str();
+      options.policy = entry.value("policy", std::string("stage")) == "reject" ? BP_POLICY_REJECT : BP_POLICY_STAGE;
+      bp_group *group = nullptr;
+      Status status = create_group(&host_, ranks.data(), ranks.size(), &options, &group);
+      if (!status) {
+        problems_.add(status.take_error(), at, entry);
+        continue;
+      }
+      group->owned_by_host = true;
+      groups_.push_back(group);
+    }
+  }
+
+  bp_group *find_group(const std::string &name) const {
+    for (bp_group *group : groups_) {
+      if (group->name == name) return group;
+    }
+    for (const auto &group : host_.groups) {
+      if (group->name == name) return group.get();
+    }
+    return nullptr;
+  }
+
+  void check_workload() {
+    const nlohmann::json &workload = document_.value("workload", nlohmann::json::array());
+    for (size_t w = 0; w < workload.size(); ++w) {
+      const nlohmann::json &entry = workload[w];
+      const std::string at = "/workload/" + std::to_string(w);
+      const std::string group_name = entry["group"].get<std::string>();
+      bp_group *group = find_group(group_name);
+      if (!group) {
+        std::vector<std::string> candidates;
+        for (const nlohmann::json &defined : document_.value("groups", nlohmann::json::array())) candidates.push_back(defined["name"]);
+        for (const auto &defined : host_.groups) candidates.push_back(defined->name);
+        // A group that failed its own checks was already reported.
+        const bool defined_here = std::find(candidates.begin(), candidates.end(), group_name) != candidates.end();
+        if (!defined_here) problems_.add(BP_CONFIG, at + "/group", group_name, "unknown group '" + group_name + "'", did_you_mean(group_name, candidates));
+        continue;
+      }
+      Workload item;
+      bp_collective collective{};
+      bp_dtype dtype = BP_F32;
+      bp_reduce_op op = BP_SUM;
+      bp_collective_from_name(entry["collective"].get<std::string>().c_str(), &collective);
+      if (entry.contains("dtype")) bp_dtype_from_name(entry["dtype"].get<std::string>().c_str(), &dtype);
+      if (entry.contains("op")) bp_reduce_op_from_name(entry["op"].get<std::string>().c_str(), &op);
+      item.info.struct_size = sizeof item.info;
+      item.info.group = group;
+      item.info.collective = collective;
+      item.info.dtype = dtype;
+      item.info.reduce_op = op;
+      item.info.root = entry.value("root", uint32_t{0});
+      item.info.iterations = entry.value("iterations", uint32_t{20});
+      item.info.warmup = entry.value("warmup", uint32_t{5});
+      item.info.check = entry.value("check", true);
+      const nlohmann::json in_place = entry.value("in_place", nlohmann::json("both"));
+      item.info.modes = in_place.is_boolean() ? (in_place.get<bool>() ? BP_WORKLOAD_IN_PLACE : BP_WORKLOAD_OUT_OF_PLACE)
+                                              : BP_WORKLOAD_IN_PLACE | BP_WORKLOAD_OUT_OF_PLACE;
+      bool good = true;
+      if (collective_has_root(collective) && item.info.root >= group->ranks.size()) {
+        problems_.add(BP_CONFIG, at + "/root", entry["root"],
+                      "root " + std::to_string(item.info.root) + " is outside group '" + group_name + "' of " +
+                          std::to_string(group->ranks.size()) + " device(s)",
+                      "use a root below " + std::to_string(group->ranks.size()));
+        good = false;
+      }
+      good = parse_workload_sizes(at, entry, collective, item.sizes) && good;
+      if (collective != BP_BARRIER) {
+        uint32_t modes = 0;
+        if (item.info.modes & BP_WORKLOAD_IN_PLACE) modes |= BP_CAPABILITY_IN_PLACE;
+        if (item.info.modes & BP_WORKLOAD_OUT_OF_PLACE) modes |= BP_CAPABILITY_OUT_OF_PLACE;
+        if (Status status = check_support(*group, collective, dtype, op, modes, HostLock::held); !status) {
+          Error error = status.take_error();
+          std::string pointer = at;
+          if (error.code() == BP_UNSUPPORTED_DTYPE) pointer += "/dtype";
+          else if (error.code() == BP_UNSUPPORTED_REDUCE_OP) pointer += "/op";
+          else if (error.code() == BP_UNSUPPORTED_COLLECTIVE) pointer += "/collective";
+          else pointer += "/group";
+          problems_.add(std::move(error), pointer, value_at(document_, pointer));
+          good = false;
+        }
+      }
+      if (good) workloads_.push_back(std::move(item));
+    }
+  }
+
+  bool parse_workload_sizes(const std::string &at, const nlohmann::json &entry, bp_collective collective,
+                            std::vector<uint64_t> &sizes) {
+    if (collective == BP_BARRIER) return true;
+    const nlohmann::json given = entry.value("sizes", nlohmann::json("8B..1MiB x8"));
+    auto add = [&](const std::string &pointer, const nlohmann::json &value) {
+      if (value.is_number_unsigned() || value.is_number_integer()) {
+        sizes.push_back(value.get<uint64_t>());
+        return true;
+      }
+      Expected<std::vector<uint64_t>> parsed = parse_sizes(value.get<std::string>());
+      if (!parsed) {
+        problems_.add(BP_CONFIG, pointer, value, parsed.error().message(), "write sizes like \"4KiB\" or \"8B..64MiB x4\"");
+        return false;
+      }
+      sizes.insert(sizes.end(), parsed->begin(), parsed->end());
+      return true;
+    };
+    if (!given.is_array()) return add(at + "/sizes", given);
+    bool good = true;
+    for (size_t k = 0; k < given.size(); ++k) good = add(at + "/sizes/" + std::to_string(k), given[k]) && good;
+    return good;
+  }
+
+  void commit() {
+    for (auto &[name, devices] : names_) host_.device_names.emplace(name, std::move(devices));
+    for (bp_group *group : groups_) host_.groups.emplace_back(group, destroy_group);
+    groups_.clear();
+    for (Workload &item : workloads_) {
+      host_.workloads.push_back(std::move(item));
+      Workload &stored = host_.workloads.back();
+      stored.info.sizes = stored.sizes.data();
+      stored.info.size_count = stored.sizes.size();
+    }
+  }
+
+  bp_host &host_;
+  const nlohmann::json &document_;
+  Problems &problems_;
+  std::map<std::string, std::string> first_device_entry_;
+  std::map<std::string, std::vector<bp_device *>> names_;
+  std::vector<bp_group *> groups_;  // created, not yet committed
+  std::vector<Workload> workloads_;
+};
+
+}  // namespace
+
+// plugin_dirs resolve against the fleet's folder; a missing one is a problem.
+std::vector<fs::path> plugin_directories(const nlohmann::json &document, const fs::path &base, Problems &problems) {
+  std::vector<fs::path> directories;
+  const nlohmann::json &dirs = document.value("plugin_dirs", nlohmann::json::array());
+  for (size_t i = 0; i < dirs.size(); ++i) {
+    fs::path directory = dirs[i].get<std::string>();
+    if (directory.is_relative()) directory = base / directory;
+    directory = directory.lexically_normal();
+    std::error_code error;
+    if (!fs::is_directory(directory, error)) {
+      problems.add(BP_CONFIG, "/plugin_dirs/" + std::to_string(i), dirs[i],
+                   "plugin directory '" + directory.string() + "' does not exist",
+                   "relative directories resolve against the fleet file's folder");
+      continue;
+    }
+    directories.push_back(directory);
+  }
+  return directories;
+}
+
+FleetSource read_source(const char *path, Problems &problems) {
+  FleetSource source{path, fs::path(path).parent_path(), std::nullopt};
+  source.text = read_fleet_file(path, problems);
+  return source;
+}
+
+Status load_into(bp_host &host, const nlohmann::json &document, const fs::path &base, Problems &problems,
+                 bool load_plugin_dirs) {
+  std::vector<fs::path> directories = plugin_directories(document, base, problems);
+  if (load_plugin_dirs) {
+    for (const fs::path &directory : directories) load_directory(host, directory, true);
+  }
+  FleetLoader loader(host, document, problems);
+  return loader.load();
+}
+
+}  // namespace backplane

@@ -1,0 +1,168 @@
+// Groups: creating and destroying them, and the C entry points that make,
+// find and describe them (backplane.h).
+#include <algorithm>
+#include <memory>
+#include <shared_mutex>
+
+#include "c_api_guard.hpp"
+#include "fleet_problems.hpp"
+#include "host.hpp"
+
+namespace backplane {
+
+Status create_group(bp_host *host, bp_device *const *ranks, size_t rank_count, const bp_group_options *options,
+                    bp_group **out) {
+  if (!host) return Error(BP_INVALID_ARGUMENT, "bp_group_create: host is NULL");
+  if (!ranks) return Error(BP_INVALID_ARGUMENT, "bp_group_create: ranks is NULL");
+  if (!out) return Error(BP_INVALID_ARGUMENT, "bp_group_create: out is NULL");
+  if (rank_count == 0) return Error(BP_INVALID_ARGUMENT, "bp_group_create: a group needs at least one device");
+  if (options && options->struct_size < BP_GROUP_OPTIONS_SIZE_V1_0)
+    return Error(BP_INVALID_ARGUMENT, "bp_group_create: options->struct_size is below its 1.0 size");
+  auto group = std::make_unique<bp_group>();
+  group->host = host;
+  if (options) {
+    group->name = options->name ? options->name : "";
+    group->policy = options->policy;
+    if (group->policy != BP_POLICY_STAGE && group->policy != BP_POLICY_REJECT)
+      return Error(BP_INVALID_ARGUMENT, "bp_group_create: unknown policy " + std::to_string(group->policy));
+  }
+  for (size_t rank = 0; rank < rank_count; ++rank) {
+    bp_device *device = ranks[rank];
+    if (!device) return Error(BP_INVALID_ARGUMENT, "bp_group_create: ranks[" + std::to_string(rank) + "] is NULL");
+    if (device->host != host) {
+      return Error(BP_INVALID_ARGUMENT, "bp_group_create: ranks[" + std::to_string(rank) + "] ('" + device->name +
+                                            "') belongs to another host");
+    }
+    for (size_t earlier = 0; earlier < rank; ++earlier) {
+      if (ranks[earlier] == device) {
+        return Error(BP_INVALID_ARGUMENT, "bp_group_create: device '" + device->name + "' is rank " +
+                                              std::to_string(earlier) + " and rank " + std::to_string(rank))
+            .hint("a device may appear once in a group");
+      }
+    }
+    group->ranks.push_back(device);
+  }
+  group->send_handles.resize(rank_count);
+  group->recv_handles.resize(rank_count);
+  DeviceKind *kind = group->ranks[0]->kind;
+  const bool one_kind = std::all_of(group->ranks.begin(), group->ranks.end(),
+                                    [&](const bp_device *device) { return device->kind == kind; });
+  if (one_kind) {
+    group->kind = kind;
+    group->capabilities = kind->capabilities;
+    for (const bp_device *device : group->ranks) group->capabilities.intersect(device->capabilities());
+    std::vector<uint32_t> indices;
+    for (const bp_device *device : group->ranks) indices.push_back(device->index);
+    LoadedPlugin &plugin = *kind->plugin;
+    Status status = call_plugin(plugin, "comm_create", [&](bp_error_sink *sink) {
+      return plugin.functions.comm_create(plugin.state, kind->index_in_plugin, indices.data(), indices.size(),
+                                          &group->comm, sink);
+    });
+    if (!status) return status;
+    if (plugin.functions.comm_info) {
+      bp_plugin_comm_info info{};
+      info.struct_size = sizeof info;
+      status = call_plugin(plugin, "comm_info", [&](bp_error_sink *sink) {
+        return plugin.functions.comm_info(plugin.state, group->comm, &info, sink);
+      });
+      if (!status) {
+        if (!plugin.failed.load()) plugin.functions.comm_destroy(plugin.state, group->comm);
+        return status;
+      }
+      if (info.route) group->route = info.route;
+    }
+    group->plugin_queues = plugin.descriptor.abi_minor >= 2;
+  }
+  *out = group.release();
+  return {};
+}
+
+void destroy_group(bp_group *group) {
+  finish_in_flight(*group);
+  if (group->comm) {
+    LoadedPlugin &plugin = *group->kind->plugin;
+    if (!plugin.failed.load()) {
+      try {
+        plugin.functions.comm_destroy(plugin.state, group->comm);
+      } catch (...) {
+        Status ignored = plugin_threw(plugin, "comm_destroy", "an exception");
+        (void)ignored;
+      }
+    }
+  }
+  delete group;
+}
+
+}  // namespace backplane
+
+using namespace backplane;
+
+extern "C" {
+
+bp_error *bp_group_create(bp_host *host, bp_device *const *ranks, size_t rank_count, const bp_group_options *options,
+                          bp_group **out) {
+  return guarded([&]() -> Status {
+    if (Status status = create_group(host, ranks, rank_count, options, out); !status) return status;
+    retain_host(host);
+    return {};
+  });
+}
+
+size_t bp_group_size(const bp_group *group) { return group ? group->ranks.size() : 0; }
+
+void bp_group_destroy(bp_group *group) {
+  if (!group || group->owned_by_host) return;
+  bp_host *host = group->host;
+  destroy_group(group);
+  release_host(host);
+}
+
+bp_error *bp_group_check(bp_group *group, bp_collective collective, bp_dtype dtype, bp_reduce_op op) {
+  return guarded([&]() -> Status {
+    if (!group) return Error(BP_INVALID_ARGUMENT, "bp_group_check: group is NULL");
+    return check_support(*group, collective, dtype, op, 0);
+  });
+}
+
+bp_error *bp_host_find_group(bp_host *host, const char *name, bp_group **out) {
+  return guarded([&]() -> Status {
+    if (!host || !name || !out) return Error(BP_INVALID_ARGUMENT, "bp_host_find_group: host, name and out must not be NULL");
+    std::shared_lock lock(host->mutex);
+    std::vector<std::string> names;
+    for (const auto &group : host->groups) {
+      if (group->name == name) {
+        *out = group.get();
+        return {};
+      }
+      names.push_back(group->name);
+    }
+    const std::string hint = did_you_mean(name, names);
+    Error error(BP_INVALID_ARGUMENT, std::string("no group named '") + name + "'" +
+                                         (names.empty() ? " (no fleet with groups is loaded)" : ""));
+    error.with("groups", names);
+    if (!hint.empty()) error.with("hint", hint);
+    return error;
+  });
+}
+
+size_t bp_host_group_count(const bp_host *host) {
+  if (!host) return 0;
+  std::shared_lock lock(host->mutex);
+  return host->groups.size();
+}
+
+bp_group *bp_host_group(const bp_host *host, size_t index) {
+  if (!host) return nullptr;
+  std::shared_lock lock(host->mutex);
+  return index < host->groups.size() ? host->groups[index].get() : nullptr;
+}
+
+const char *bp_group_name(const bp_group *group) { return group ? group->name.c_str() : ""; }
+
+const char *bp_group_route(const bp_group *group) { return group ? group->route.c_str() : ""; }
+
+bp_device *bp_group_device(const bp_group *group, size_t rank) {
+  return group && rank < group->ranks.size() ? group->ranks[rank] : nullptr;
+}
+
+}  // extern "C"
