@@ -13,9 +13,6 @@
 namespace backplane {
 namespace {
 
-Status null_argument(const char *function, const char *argument) {
-  return Error(BP_INVALID_ARGUMENT, std::string(function) + ": " + argument + " is NULL");
-}
 
 Status plugin_not_found(const bp_host &host, const std::string &kind, const std::string &asked) {
   nlohmann::json known = nlohmann::json::array(), refused = nlohmann::json::array();

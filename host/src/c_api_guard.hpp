@@ -12,12 +12,17 @@
 
 namespace backplane {
 
+// "f: argument is NULL", the one message for every NULL handle or pointer.
+inline Status null_argument(const char *function, const char *argument) {
+  return Error(BP_INVALID_ARGUMENT, std::string(function) + ": " + argument + " is NULL");
+}
+
 // Out-structs (backplane.h's conventions): the caller set struct_size; the
 // fields we have are written as far as it reaches, the rest of its struct
 // zeroed, and its struct_size and `next` chain kept.
 template <typename T>
 Status write_out(const char *function, T *out, const T &full, size_t first_release_size) {
-  if (!out) return Error(BP_INVALID_ARGUMENT, std::string(function) + ": out is NULL");
+  if (!out) return null_argument(function, "out");
   const size_t size = out->struct_size;
   if (size < first_release_size || size > BP_OUT_STRUCT_SIZE_MAX) {
     return Error(BP_INVALID_ARGUMENT, std::string(function) + ": out->struct_size is " + std::to_string(size) +

@@ -12,9 +12,10 @@ namespace backplane {
 
 Status create_group(bp_host *host, bp_device *const *ranks, size_t rank_count, const bp_group_options *options,
                     bp_group **out) {
-  if (!host) return Error(BP_INVALID_ARGUMENT, "bp_group_create: host is NULL");
-  if (!ranks) return Error(BP_INVALID_ARGUMENT, "bp_group_create: ranks is NULL");
-  if (!out) return Error(BP_INVALID_ARGUMENT, "bp_group_create: out is NULL");
+  constexpr const char *function = "bp_group_create";
+  if (!host) return null_argument(function, "host");
+  if (!ranks) return null_argument(function, "ranks");
+  if (!out) return null_argument(function, "out");
   if (rank_count == 0) return Error(BP_INVALID_ARGUMENT, "bp_group_create: a group needs at least one device");
   if (options && options->struct_size < BP_GROUP_OPTIONS_SIZE_V1_0)
     return Error(BP_INVALID_ARGUMENT, "bp_group_create: options->struct_size is below its 1.0 size");
@@ -119,7 +120,7 @@ void bp_group_destroy(bp_group *group) {
 
 bp_error *bp_group_check(bp_group *group, bp_collective collective, bp_dtype dtype, bp_reduce_op op) {
   return guarded([&]() -> Status {
-    if (!group) return Error(BP_INVALID_ARGUMENT, "bp_group_check: group is NULL");
+    if (!group) return null_argument("bp_group_check", "group");
     return check_support(*group, collective, dtype, op, 0);
   });
 }
