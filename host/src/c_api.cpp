@@ -122,11 +122,14 @@ bp_collective_request make_request(bp_collective collective, bp_buffer *const *s
   return request;
 }
 
-bp_error *run(bp_collective_request request, bp_group *group) noexcept {
+// By reference: a by-value copy of the request just built reloads its
+// narrow stores as wide ones, a store-forwarding stall that cost ~10 ns of
+// the blocking call's ~40 here (perf annotate of dispatch_benchmark).
+bp_error *run(const bp_collective_request &request, bp_group *group) noexcept {
   return guarded([&] { return run_collective(group, &request); });
 }
 
-bp_error *run_async(bp_collective_request request, bp_group *group, bp_event **out) noexcept {
+bp_error *run_async(const bp_collective_request &request, bp_group *group, bp_event **out) noexcept {
   return guarded([&]() -> Status {
     if (!out) return null_argument(collective_name(request.collective), "out event");
     Expected<bp_event *> event = start_collective(group, &request);
