@@ -1,9 +1,11 @@
 // The opencl plugin on the machine's OpenCL platforms (PoCL here, shown as
 // kOpenclDevices devices): discovery and device properties, per-device
 // capabilities, buffers, every collective against the reference, routes,
-// the program cache, options, the no-platform status, and the conformance
-// suite. Without an OpenCL device the tests skip, unless
+// the program cache, options, the no-platform status, the conformance
+// suite, collectives in flight (_async calls), and what the plugin itself
+// declares and returns through the plugin ABI. Without an OpenCL device the tests skip, unless
 // BACKPLANE_REQUIRE_OPENCL=1 (CI) makes that a failure.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <spawn.h>
 #include <sys/stat.h>
@@ -11,15 +13,18 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <latch>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "backplane/plugin.h"
 #include "conformance.hpp"
 #include "reference.hpp"
 #include "test_support.hpp"
@@ -812,6 +817,507 @@ TEST(OpenclConformance, EveryDeclaredCaseRunsOrIsRefusedExactly) {
     if (row.skipped == 0) continue;
     EXPECT_TRUE(row.skip_reason.rfind("UNSUPPORTED_", 0) == 0) << row.skip_reason;
   }
+}
+
+// ---- asynchrony (plugin ABI 1.2) ---------------------------------------------------------
+
+using Clock = std::chrono::steady_clock;
+
+// A kernel takes this many buffers on each side; larger groups reduce
+// through the comm's scratch (plugins/opencl/src/collectives.cpp).
+constexpr size_t kBuffersPerKernel = 8;
+
+// One buffer of `count` elements of T per rank of `devices`, rank r's
+// holding `value(r)` everywhere.
+template <typename T, typename Value>
+std::vector<Buffer> filled_buffers(const std::vector<Device> &devices, size_t count, Value value) {
+  std::vector<Buffer> buffers;
+  for (size_t r = 0; r < devices.size(); ++r) {
+    const std::vector<T> values(count, value(r));
+    buffers.push_back(Buffer::create(devices[r], count * sizeof(T)).value());
+    EXPECT_TRUE(buffers.back().write(std::span<const T>(values)));
+  }
+  return buffers;
+}
+
+std::vector<bp_buffer *> raw_handles(const std::vector<Buffer> &buffers) {
+  std::vector<bp_buffer *> raw;
+  for (const Buffer &buffer : buffers) raw.push_back(buffer.get());
+  return raw;
+}
+
+Result<Event> all_reduce_async(Group &group, const std::vector<bp_buffer *> &send,
+                               const std::vector<bp_buffer *> &recv, size_t count, bp_dtype dtype, bp_reduce_op op) {
+  bp_event *raw = nullptr;
+  if (bp_error *error = bp_all_reduce_async(group.get(), send.data(), recv.data(), count, dtype, op, &raw)) {
+    return Error(error);
+  }
+  return Event(raw);
+}
+
+// How many of `count` elements from `first` of `buffer` differ from
+// `expected`, and the first one that does.
+template <typename T>
+std::string mismatches(const Buffer &buffer, size_t first, size_t count, T expected) {
+  std::vector<T> values(count);
+  const Status read = buffer.read(first * sizeof(T), values.data(), count * sizeof(T));
+  if (!read) return std::string(read.error().message());
+  size_t wrong = 0, first_wrong = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (values[i] == expected) continue;
+    if (wrong++ == 0) first_wrong = i;
+  }
+  if (wrong == 0) return "";
+  std::ostringstream text;
+  text << wrong << " of " << count << " elements wrong, first at " << first + first_wrong << ": "
+       << values[first_wrong] << " instead of " << expected;
+  return text.str();
+}
+
+double milliseconds(Clock::duration duration) {
+  return std::chrono::duration<double, std::milli>(duration).count();
+}
+
+// An _async all_reduce of a large buffer returns while the device works:
+// right after the start the event is not complete, and the start took a
+// small part of the time the collective took. A synchronous plugin (one
+// that finishes in collective_start) fails both. Should PoCL finish even
+// so before the first test, a larger buffer is tried.
+TEST(OpenclAsync, AllReduceReturnsBeforeTheWorkIsDone) {
+  Host host = make_builtin_host();
+  REQUIRE_OPENCL_DEVICES(host, 2, devices);
+  const std::vector<Device> ranks(devices.begin(), devices.begin() + 2);
+  Group group = host.create_group(ranks).value();
+  bool seen_in_flight = false;
+  for (size_t mebibytes : {64, 256}) {
+    SCOPED_TRACE(std::to_string(mebibytes) + " MiB per buffer");
+    const size_t count = mebibytes << 18;  // f32 elements
+    std::vector<Buffer> send = filled_buffers<float>(ranks, count, [](size_t r) { return float(r + 1); });
+    std::vector<Buffer> recv = filled_buffers<float>(ranks, count, [](size_t) { return 0.0f; });
+    // A blocking call first: PoCL compiles a kernel for its launch size at
+    // its first launch, which is not the collective's own time.
+    ASSERT_TRUE(group.all_reduce(raw_handles(send), raw_handles(recv), count, BP_F32, BP_MAX));
+
+    const Clock::time_point before = Clock::now();
+    Result<Event> event = all_reduce_async(group, raw_handles(send), raw_handles(recv), count, BP_F32, BP_SUM);
+    const Clock::time_point started = Clock::now();
+    ASSERT_TRUE(event) << event.error().json();
+    const bool complete_at_start = event->test();
+    const Status waited = event->wait();
+    const Clock::time_point finished = Clock::now();
+    ASSERT_TRUE(waited) << waited.error().json();
+    for (size_t r = 0; r < ranks.size(); ++r) EXPECT_EQ(mismatches(recv[r], 0, count, 3.0f), "") << "rank " << r;
+    if (complete_at_start) continue;
+    seen_in_flight = true;
+    EXPECT_LT(started - before, (finished - before) / 4)
+        << "the start took " << milliseconds(started - before) << " ms of the collective's "
+        << milliseconds(finished - before) << " ms";
+    break;
+  }
+  EXPECT_TRUE(seen_in_flight) << "every all_reduce was complete as soon as it started: the plugin runs them "
+                                 "synchronously";
+}
+
+// A wait with a small limit while the collective runs is TIMEOUT and
+// leaves the event in flight; a later wait succeeds, with the right
+// numbers. `calls` all_reduces in place are queued so that the last has
+// milliseconds to go; should even so every one finish within the limit,
+// more are queued.
+TEST(OpenclAsync, WaitWithASmallTimeoutIsTimeoutThenALaterWaitSucceeds) {
+  Host host = make_builtin_host();
+  REQUIRE_OPENCL_DEVICES(host, 2, devices);
+  const std::vector<Device> ranks(devices.begin(), devices.begin() + 2);
+  Group group = host.create_group(ranks).value();
+  const size_t count = size_t{16} << 20;  // 64 MiB of f32
+  bool timed_out = false;
+  for (size_t calls : {2, 4, 8}) {
+    SCOPED_TRACE(std::to_string(calls) + " calls in flight");
+    std::vector<Buffer> buffers = filled_buffers<float>(ranks, count, [](size_t r) { return float(r + 1); });
+    const std::vector<bp_buffer *> raw = raw_handles(buffers);
+    std::vector<Event> events;
+    for (size_t k = 0; k < calls; ++k) {
+      Result<Event> event = all_reduce_async(group, raw, raw, count, BP_F32, BP_SUM);
+      ASSERT_TRUE(event) << event.error().json();
+      events.push_back(std::move(event).value());
+    }
+    const Status small = events.back().wait(1000);  // 1 us
+    const float expected = 3.0f * static_cast<float>(1u << (calls - 1));  // each call doubles the sum of 1 and 2
+    if (!small) {
+      ASSERT_EQ(small.error().code(), BP_TIMEOUT) << small.error().json();
+      EXPECT_NE(small.error().message().find("all_reduce"), std::string::npos) << small.error().message();
+      timed_out = true;
+      // Still in flight, and still valid: a wait without a generous limit, then without any.
+      const Status zero = events.back().wait(0);
+      EXPECT_TRUE(zero || zero.error().code() == BP_TIMEOUT) << zero.error().json();
+      const Status later = events.back().wait(int64_t{60} * 1000 * 1000 * 1000);
+      ASSERT_TRUE(later) << later.error().json();
+      for (Event &event : events) ASSERT_TRUE(event.test()) << "an earlier call is not complete after the last";
+      for (size_t r = 0; r < ranks.size(); ++r) EXPECT_EQ(mismatches(buffers[r], 0, count, expected), "");
+      // Waiting on a completed event gives its outcome again.
+      EXPECT_TRUE(events.back().wait(0));
+      break;
+    }
+    for (Event &event : events) ASSERT_TRUE(event.wait());
+    for (size_t r = 0; r < ranks.size(); ++r) EXPECT_EQ(mismatches(buffers[r], 0, count, expected), "");
+  }
+  EXPECT_TRUE(timed_out) << "every wait of 1 us found the collectives complete: they do not run asynchronously";
+}
+
+// Calls in flight on one group run in start order, each reading what the
+// one before wrote: in place on {1, 2}, sum, prod, sum give 3, 9, 18 (any
+// other order gives another number); an empty call and a barrier queue
+// behind them. No event is ever complete while an earlier one is not.
+TEST(OpenclAsync, SeveralCallsInFlightCompleteInStartOrder) {
+  Host host = make_builtin_host();
+  REQUIRE_OPENCL_DEVICES(host, 2, devices);
+  const std::vector<Device> ranks(devices.begin(), devices.begin() + 2);
+  Group group = host.create_group(ranks).value();
+  const size_t count = size_t{4} << 20;  // 16 MiB of f32
+  std::vector<Buffer> buffers = filled_buffers<float>(ranks, count, [](size_t r) { return float(r + 1); });
+  const std::vector<bp_buffer *> raw = raw_handles(buffers);
+  std::vector<Event> events;
+  for (bp_reduce_op op : {BP_SUM, BP_PROD, BP_SUM}) {
+    Result<Event> event = all_reduce_async(group, raw, raw, count, BP_F32, op);
+    ASSERT_TRUE(event) << event.error().json();
+    events.push_back(std::move(event).value());
+  }
+  Result<Event> empty = all_reduce_async(group, raw, raw, 0, BP_F32, BP_SUM);
+  ASSERT_TRUE(empty) << empty.error().json();
+  events.push_back(std::move(empty).value());
+  bp_event *barrier = nullptr;
+  bp_error *barrier_error = bp_barrier_async(group.get(), &barrier);
+  ASSERT_EQ(barrier_error, nullptr) << bp_error_message(barrier_error);
+  events.emplace_back(barrier);
+
+  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(60);
+  while (!events.back().test()) {
+    // Later first: once event k is complete, every earlier one must be.
+    for (size_t k = events.size() - 1; k > 0; --k) {
+      if (events[k].test()) {
+        for (size_t j = 0; j < k; ++j) ASSERT_TRUE(events[j].test()) << "event " << k << " before event " << j;
+      }
+    }
+    ASSERT_LT(Clock::now(), deadline) << "the calls did not complete in a minute";
+    std::this_thread::yield();
+  }
+  for (Event &event : events) {
+    EXPECT_TRUE(event.test());
+    EXPECT_TRUE(event.wait(0));
+  }
+  for (size_t r = 0; r < ranks.size(); ++r) EXPECT_EQ(mismatches(buffers[r], 0, count, 18.0f), "") << "rank " << r;
+}
+
+// Past 8 ranks a reduction goes through the comm's scratch, which grows
+// to the largest call so far. Three calls in flight, each larger than the
+// last, grow it twice while the earlier ones may still read it; in place
+// on the same buffers, the regions each call covered show how many sums
+// they went through (55 = 1 + ... + 10 on 10 ranks).
+TEST(OpenclAsync, ScratchGrowsBehindCallsInFlight) {
+  Host host = make_builtin_host();
+  REQUIRE_OPENCL_DEVICES(host, kBuffersPerKernel + 1, devices);
+  Group group = host.create_group(devices).value();
+  const int32_t n = static_cast<int32_t>(devices.size());
+  const size_t counts[] = {size_t{1} << 16, size_t{1} << 20, size_t{1} << 22};
+  std::vector<Buffer> buffers = filled_buffers<int32_t>(devices, counts[2], [](size_t r) { return int32_t(r + 1); });
+  const std::vector<bp_buffer *> raw = raw_handles(buffers);
+  std::vector<Event> events;
+  for (size_t count : counts) {
+    Result<Event> event = all_reduce_async(group, raw, raw, count, BP_I32, BP_SUM);
+    ASSERT_TRUE(event) << event.error().json();
+    events.push_back(std::move(event).value());
+  }
+  ASSERT_TRUE(events.back().wait());
+  EXPECT_TRUE(events[0].test());
+  EXPECT_TRUE(events[1].test());
+  const int32_t sum = n * (n + 1) / 2;
+  for (size_t r = 0; r < devices.size(); r += devices.size() - 1) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_EQ(mismatches(buffers[r], 0, counts[0], sum * n * n), "");
+    EXPECT_EQ(mismatches(buffers[r], counts[0], counts[1] - counts[0], sum * n), "");
+    EXPECT_EQ(mismatches(buffers[r], counts[1], counts[2] - counts[1], sum), "");
+  }
+}
+
+// A blocking call behind one in flight waits for both: when it returns,
+// the earlier event is complete and the result went through both.
+TEST(OpenclAsync, BlockingCallQueuesBehindACallInFlight) {
+  Host host = make_builtin_host();
+  REQUIRE_OPENCL_DEVICES(host, 3, devices);
+  const std::vector<Device> ranks(devices.begin(), devices.begin() + 3);
+  Group group = host.create_group(ranks).value();
+  const size_t count = size_t{4} << 20;
+  std::vector<Buffer> buffers = filled_buffers<int32_t>(ranks, count, [](size_t r) { return int32_t(r + 1); });
+  const std::vector<bp_buffer *> raw = raw_handles(buffers);
+  Result<Event> event = all_reduce_async(group, raw, raw, count, BP_I32, BP_SUM);
+  ASSERT_TRUE(event) << event.error().json();
+  const Status blocking = group.all_reduce(raw, raw, count, BP_I32, BP_SUM);
+  ASSERT_TRUE(blocking) << blocking.error().json();
+  EXPECT_TRUE(event->test()) << "the blocking call returned before the call in flight ahead of it completed";
+  for (size_t r = 0; r < ranks.size(); ++r) EXPECT_EQ(mismatches(buffers[r], 0, count, int32_t{18}), "");
+  EXPECT_TRUE(event->wait());
+  // And alone, blocking calls and barriers work as ever.
+  ASSERT_TRUE(group.all_reduce(raw, raw, 1, BP_I32, BP_MAX));
+  EXPECT_TRUE(group.barrier());
+  EXPECT_EQ(mismatches(buffers[0], 0, 1, int32_t{18}), "");
+}
+
+// Destroying an event in flight waits for its collective, so that the
+// buffers may be read (or freed) right after.
+TEST(OpenclAsync, DestroyingAnEventInFlightWaitsForIt) {
+  Host host = make_builtin_host();
+  REQUIRE_OPENCL_DEVICES(host, 2, devices);
+  const std::vector<Device> ranks(devices.begin(), devices.begin() + 2);
+  Group group = host.create_group(ranks).value();
+  const size_t count = size_t{16} << 20;
+  std::vector<Buffer> buffers = filled_buffers<float>(ranks, count, [](size_t r) { return float(r + 1); });
+  const std::vector<bp_buffer *> raw = raw_handles(buffers);
+  bp_event *event = nullptr;
+  bp_error *error = bp_all_reduce_async(group.get(), raw.data(), raw.data(), count, BP_F32, BP_SUM, &event);
+  ASSERT_EQ(error, nullptr) << bp_error_message(error);
+  bp_event_destroy(event);
+  for (size_t r = 0; r < ranks.size(); ++r) EXPECT_EQ(mismatches(buffers[r], 0, count, 3.0f), "") << "rank " << r;
+}
+
+// Run in a child process with rusticl's device beside PoCL's: a group
+// across platforms goes through host memory, synchronously, so an _async
+// call there is complete as soon as it returns, with the right numbers;
+// so is an _async barrier.
+TEST(OpenclTwoPlatformsAsyncChild, CallsThroughHostMemoryCompleteInTheStart) {
+  if (std::getenv("BACKPLANE_OPENCL_TEST_TWO_PLATFORMS_CHILD") == nullptr) {
+    GTEST_SKIP() << "runs as a child of OpenclTwoPlatformsAsync.CallsThroughHostMemoryCompleteInTheStart";
+  }
+  Host host = make_builtin_host();
+  const std::vector<Device> devices = opencl_devices(host);
+  ASSERT_FALSE(devices.empty()) << kind_status(host);
+  const std::string first = property(devices.front().info().value(), "platform");
+  const auto other = std::find_if(devices.begin(), devices.end(), [&](const Device &device) {
+    return property(device.info().value(), "platform") != first;
+  });
+  ASSERT_NE(other, devices.end()) << "only one platform has devices: " << kind_status(host);
+  const std::vector<Device> ranks = {devices.front(), *other};
+  Group group = host.create_group(ranks).value();
+  ASSERT_EQ(group.route().rfind("through host memory", 0), 0u) << group.route();
+  const size_t count = 4099;
+  std::vector<Buffer> buffers = filled_buffers<float>(ranks, count, [](size_t r) { return float(r + 1); });
+  const std::vector<bp_buffer *> raw = raw_handles(buffers);
+  for (int call = 0; call < 2; ++call) {
+    Result<Event> event = all_reduce_async(group, raw, raw, count, BP_F32, BP_SUM);
+    ASSERT_TRUE(event) << event.error().json();
+    EXPECT_TRUE(event->test()) << "call " << call;
+    EXPECT_TRUE(event->wait(0)) << "call " << call;
+  }
+  for (size_t r = 0; r < ranks.size(); ++r) EXPECT_EQ(mismatches(buffers[r], 0, count, 6.0f), "") << "rank " << r;
+  bp_event *barrier = nullptr;
+  bp_error *error = bp_barrier_async(group.get(), &barrier);
+  ASSERT_EQ(error, nullptr) << bp_error_message(error);
+  Event owned(barrier);
+  EXPECT_TRUE(owned.test());
+  EXPECT_TRUE(owned.wait(0));
+}
+
+TEST(OpenclTwoPlatformsAsync, CallsThroughHostMemoryCompleteInTheStart) {
+  if (!std::filesystem::exists(kRusticlIcd)) {
+    const std::string why = std::string("needs a second OpenCL platform: ") + kRusticlIcd +
+                            " is missing (install mesa-opencl-icd)";
+    if (opencl_required()) FAIL() << why << "; BACKPLANE_REQUIRE_OPENCL=1";
+    GTEST_SKIP() << why;
+  }
+  run_in_child("OpenclTwoPlatformsAsyncChild.CallsThroughHostMemoryCompleteInTheStart",
+               {kRusticlEnable, "BACKPLANE_OPENCL_TEST_TWO_PLATFORMS_CHILD=1"});
+}
+
+// ---- the plugin ABI directly ---------------------------------------------------------------
+
+// The opencl plugin loaded and entered as a host of ABI 1.`minor` would,
+// without this repository's host: what the plugin itself declares and
+// does, whatever the host in this tree checks or waits for.
+class DirectPlugin {
+ public:
+  struct Sink {
+    int32_t code = BP_OK;
+    std::string message;
+    bp_error_sink *get() { return reinterpret_cast<bp_error_sink *>(this); }
+  };
+
+  explicit DirectPlugin(uint32_t minor) {
+    handle_ = dlopen(plugin_path("opencl").c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle_ == nullptr) {
+      ADD_FAILURE() << "dlopen: " << dlerror();
+      return;
+    }
+    const auto entry = reinterpret_cast<bp_plugin_entry_fn>(dlsym(handle_, BP_PLUGIN_ENTRY_SYMBOL));
+    if (entry == nullptr) {
+      ADD_FAILURE() << "no " << BP_PLUGIN_ENTRY_SYMBOL;
+      return;
+    }
+    Sink refusal;
+    args_.struct_size = sizeof args_;
+    args_.host_abi_major = BP_PLUGIN_ABI_MAJOR;
+    args_.host_abi_minor = minor;
+    args_.services = &kServices;
+    args_.sink = refusal.get();
+    args_.options_json = "{}";
+    if (entry(&args_) != BP_OK) ADD_FAILURE() << "refused to load: " << refusal.message;
+  }
+  ~DirectPlugin() {
+    if (args_.state != nullptr) functions().destroy(args_.state);
+    if (handle_ != nullptr) dlclose(handle_);
+  }
+  DirectPlugin(const DirectPlugin &) = delete;
+  DirectPlugin &operator=(const DirectPlugin &) = delete;
+
+  bool loaded() const { return args_.state != nullptr; }
+  bp_plugin_state *state() const { return args_.state; }
+  const bp_plugin_descriptor &descriptor() const { return *args_.descriptor; }
+  const bp_plugin_functions &functions() const { return *args_.descriptor->functions; }
+  uint32_t device_count() {
+    uint32_t count = 0;
+    Sink sink;
+    EXPECT_EQ(functions().device_count(state(), 0, &count, sink.get()), BP_OK) << sink.message;
+    return count;
+  }
+  // Rank r's buffer on device r, `count` f32 of value r + 1.
+  std::vector<bp_plugin_buffer *> buffers(size_t ranks, size_t count) {
+    std::vector<bp_plugin_buffer *> made;
+    for (uint32_t r = 0; r < ranks; ++r) {
+      Sink sink;
+      bp_plugin_buffer *buffer = nullptr;
+      EXPECT_EQ(functions().buffer_create(state(), 0, r, count * sizeof(float), &buffer, sink.get()), BP_OK)
+          << sink.message;
+      const std::vector<float> values(count, float(r + 1));
+      EXPECT_EQ(functions().buffer_write(state(), buffer, 0, values.data(), count * sizeof(float), sink.get()),
+                BP_OK)
+          << sink.message;
+      made.push_back(buffer);
+    }
+    return made;
+  }
+  // The first element of `buffer` that is not `expected`, as text; "" when none.
+  std::string mismatch(const bp_plugin_buffer *buffer, size_t count, float expected) {
+    std::vector<float> values(count);
+    Sink sink;
+    if (functions().buffer_read(state(), buffer, 0, values.data(), count * sizeof(float), sink.get()) != BP_OK) {
+      return sink.message;
+    }
+    for (size_t i = 0; i < count; ++i) {
+      if (values[i] != expected) return "element " + std::to_string(i) + " is " + std::to_string(values[i]);
+    }
+    return "";
+  }
+
+ private:
+  static void report_error(bp_error_sink *sink, int32_t code, const char *message) {
+    auto *reported = reinterpret_cast<Sink *>(sink);
+    reported->code = code;
+    reported->message = message;
+  }
+  static void ignore_log(void *, int32_t, const char *, const char *) {}
+  static constexpr bp_host_services kServices = {sizeof(bp_host_services), nullptr, report_error, ignore_log,
+                                                 nullptr};
+  void *handle_ = nullptr;
+  bp_plugin_entry_args args_{};
+};
+
+// Every device declares its own rows, each carrying the device's largest
+// allocation as max_bytes; the kind's rows have no limit. A 1.1 host gets
+// the same rows (every value they name exists since 1.0).
+TEST(OpenclPluginAbi, DeviceRowsCarryTheLargestAllocationAsMaxBytes) {
+  Host host = make_builtin_host();
+  REQUIRE_OPENCL_DEVICES(host, 1, devices);
+  const uint64_t limit = std::stoull(property(devices[0].info().value(), "max_allocation_bytes"));
+  for (uint32_t minor : {1u, 2u}) {
+    SCOPED_TRACE("host ABI 1." + std::to_string(minor));
+    DirectPlugin plugin(minor);
+    ASSERT_TRUE(plugin.loaded());
+    ASSERT_EQ(plugin.descriptor().capability_count, 12u);
+    for (size_t i = 0; i < plugin.descriptor().capability_count; ++i) {
+      EXPECT_EQ(plugin.descriptor().capabilities[i].max_bytes, 0u) << "kind row " << i;
+    }
+    bp_plugin_device_info info{};
+    info.struct_size = sizeof info;
+    DirectPlugin::Sink sink;
+    ASSERT_EQ(plugin.functions().device_info(plugin.state(), 0, 0, &info, sink.get()), BP_OK) << sink.message;
+    ASSERT_NE(info.capabilities, nullptr);
+    ASSERT_GT(info.capability_count, 0u);
+    uint32_t collectives = 0;
+    for (size_t i = 0; i < info.capability_count; ++i) {
+      EXPECT_EQ(info.capabilities[i].max_bytes, limit) << "device row " << i;
+      collectives |= 1u << info.capabilities[i].collective;
+    }
+    EXPECT_EQ(collectives, (1u << BP_COLLECTIVE_COUNT) - 1);
+  }
+}
+
+// What collective_start hands back: nothing for a caller that waits (a
+// blocking call, or a 1.0/1.1 host, whose args end before `flags`), a
+// request in flight without the flag. Releasing a request in flight (as
+// an older host may) waits for it, so the results are there once it returns.
+TEST(OpenclPluginAbi, RequestsOnlyWhereTheCallerDoesNotWait) {
+  Host host = make_builtin_host();
+  REQUIRE_OPENCL_DEVICES(host, 2, devices);
+  DirectPlugin plugin(BP_PLUGIN_ABI_MINOR);
+  ASSERT_TRUE(plugin.loaded());
+  ASSERT_GE(plugin.device_count(), 2u);
+  const bp_plugin_functions &fn = plugin.functions();
+  const uint32_t ranks[] = {0, 1};
+  DirectPlugin::Sink sink;
+  bp_plugin_comm *comm = nullptr;
+  ASSERT_EQ(fn.comm_create(plugin.state(), 0, ranks, 2, &comm, sink.get()), BP_OK) << sink.message;
+  const size_t count = size_t{16} << 20;
+  const std::vector<bp_plugin_buffer *> buffers = plugin.buffers(2, count);
+  bp_collective_args args{};
+  args.struct_size = sizeof args;
+  args.collective = BP_ALL_REDUCE;
+  args.dtype = BP_F32;
+  args.reduce_op = BP_SUM;
+  args.count = count;
+  args.rank_count = 2;
+  args.send = buffers.data();
+  args.recv = buffers.data();
+  float expected = 3.0f;
+
+  args.flags = BP_COLLECTIVE_CALLER_WAITS;
+  bp_plugin_request *request = reinterpret_cast<bp_plugin_request *>(&args);  // overwritten
+  ASSERT_EQ(fn.collective_start(plugin.state(), comm, &args, &request, sink.get()), BP_OK) << sink.message;
+  EXPECT_EQ(request, nullptr) << "a blocking call completes in collective_start";
+  EXPECT_EQ(plugin.mismatch(buffers[0], count, expected), "");
+
+  args.flags = 0;
+  args.struct_size = BP_COLLECTIVE_ARGS_SIZE_V1_0;  // a 1.1 host: no flags, and it waits
+  ASSERT_EQ(fn.collective_start(plugin.state(), comm, &args, &request, sink.get()), BP_OK) << sink.message;
+  EXPECT_EQ(request, nullptr) << "a 1.0/1.1 host's call completes in collective_start";
+  expected *= 2;
+  EXPECT_EQ(plugin.mismatch(buffers[1], count, expected), "");
+
+  args.struct_size = sizeof args;
+  ASSERT_EQ(fn.collective_start(plugin.state(), comm, &args, &request, sink.get()), BP_OK) << sink.message;
+  ASSERT_NE(request, nullptr) << "an _async call returns a request";
+  expected *= 2;
+  bool done = false;
+  ASSERT_EQ(fn.request_test(plugin.state(), request, &done, sink.get()), BP_OK) << sink.message;
+  if (!done) {
+    // In flight a moment ago; 0 only tests, so it may have completed since.
+    const int32_t zero = fn.request_wait(plugin.state(), request, 0, sink.get());
+    EXPECT_TRUE(zero == BP_TIMEOUT || zero == BP_OK) << zero << ": " << sink.message;
+    if (zero == BP_TIMEOUT) {
+      EXPECT_NE(sink.message.find("all_reduce"), std::string::npos) << sink.message;
+    }
+  }
+  ASSERT_EQ(fn.request_wait(plugin.state(), request, -1, sink.get()), BP_OK) << sink.message;
+  ASSERT_EQ(fn.request_test(plugin.state(), request, &done, sink.get()), BP_OK) << sink.message;
+  EXPECT_TRUE(done);
+  fn.request_release(plugin.state(), request);
+  EXPECT_EQ(plugin.mismatch(buffers[0], count, expected), "");
+
+  // Released while in flight: waited for.
+  ASSERT_EQ(fn.collective_start(plugin.state(), comm, &args, &request, sink.get()), BP_OK) << sink.message;
+  ASSERT_NE(request, nullptr);
+  fn.request_release(plugin.state(), request);
+  expected *= 2;
+  for (bp_plugin_buffer *buffer : buffers) EXPECT_EQ(plugin.mismatch(buffer, count, expected), "");
+
+  fn.comm_destroy(plugin.state(), comm);
+  for (bp_plugin_buffer *buffer : buffers) fn.buffer_destroy(plugin.state(), buffer);
 }
 
 }  // namespace

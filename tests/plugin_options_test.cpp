@@ -117,7 +117,7 @@ TEST(PluginOptions, CpuRefusesEachKindOfBadOptionsAndKeepsItsConfiguration) {
                      {R"({"devices": 2, "devices": 3})", "key \"devices\" appears twice"},
                      {R"({"device": 4})",
                       "unknown key \"device\" (known keys: devices, threads, parallel_threshold_bytes, "
-                      "streaming_threshold_bytes)"},
+                      "streaming_threshold_bytes, async_threshold_bytes)"},
                      {R"({"devices": "4"})", "\"devices\" must be an integer, got a string"},
                      {R"({"threads": 2.5})", "\"threads\" must be an integer, got 2.5"},
                      {R"({"threads": null})", "\"threads\" must be an integer, got null"},

@@ -1,9 +1,13 @@
 // Communicators and the nine collectives of the cpu plugin. Every rank lives
-// in this process, so one call drives all of them and completes before
-// returning: on the calling thread alone for small calls, split into chunks
-// across the state's thread pool above parallel_threshold_bytes. Nothing
-// here allocates, locks or makes a system call on the way (the pool's
-// hand-off included, while its workers are awake).
+// in this process, so one call drives all of them: on the calling thread
+// alone for small calls, split into chunks across the state's thread pool
+// above parallel_threshold_bytes. A blocking call (BP_COLLECTIVE_CALLER_WAITS,
+// or any call of a 1.0/1.1 host) and a small _async one complete before
+// collective_start returns; nothing on their way allocates, locks or makes
+// a system call (the pool's hand-off included, while its workers are awake),
+// and one atomic load tells them the comm has no request in flight. A larger
+// _async call is checked here and queued (async_queue.hpp), and its request
+// runs the same code on the queue's thread.
 //
 // Every collective is one pass of the one kernel (reduce_kernels.hpp):
 // reductions read each input once and write each output once; data
@@ -20,6 +24,7 @@
 //   all_to_all      n*n*B read, n*n*B written; in place: block pairs
 //                   swapped through an L1-sized bounce buffer
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <system_error>
@@ -64,13 +69,16 @@ constexpr std::size_t kChunkUnitMultiple = 64;
 
 // One collective call, its arguments checked and its sizes computed.
 struct Call {
-  const bp_plugin_state &state;
+  const bp_host_services *services;  // the host's, or the async queue's (async_queue.hpp)
   bp_error_sink *sink;
   bp_plugin_comm &comm;
   const bp_collective_args &args;
   std::size_t n;      // ranks
   std::size_t block;  // bytes of `count` elements
   std::size_t total;  // bytes of `count * n` elements
+  // Only the checks: an _async call checks its arguments on the caller's
+  // thread (its errors reach the caller at once), then runs on the queue's.
+  bool check_only = false;
 
   bp_plugin_buffer *send(std::size_t r) const { return args.send[r]; }
   bp_plugin_buffer *recv(std::size_t r) const { return args.recv[r]; }
@@ -83,11 +91,11 @@ struct Call {
   std::int32_t need(bp_plugin_buffer *const *list, const char *which, std::size_t r, std::size_t bytes) const {
     const bp_plugin_buffer *buffer = list[r];
     if (buffer == nullptr) {
-      return fail(state.services, sink, BP_INVALID_ARGUMENT, "cpu %s: %s buffer of rank %zu is NULL",
+      return fail(services, sink, BP_INVALID_ARGUMENT, "cpu %s: %s buffer of rank %zu is NULL",
                   collective_name(args.collective), which, r);
     }
     if (buffer->bytes < bytes) {
-      return fail(state.services, sink, BP_INVALID_ARGUMENT,
+      return fail(services, sink, BP_INVALID_ARGUMENT,
                   "cpu %s: %s buffer of rank %zu holds %zu bytes, %zu needed", collective_name(args.collective),
                   which, r, buffer->bytes, bytes);
     }
@@ -135,12 +143,19 @@ struct Call {
   ReduceKernel reduction_kernel() const {
     const ReduceKernel kernel = reduce_kernel(args.dtype, args.reduce_op);
     if (kernel == nullptr) {
-      fail(state.services, sink, BP_INTERNAL, "cpu %s: no kernel for %s with reduce op %u",
+      fail(services, sink, BP_INTERNAL, "cpu %s: no kernel for %s with reduce op %u",
            collective_name(args.collective), dtype_name(args.dtype), static_cast<unsigned>(args.reduce_op));
     }
     return kernel;
   }
 };
+
+// The collectives (and run_reduction) are inlined into both callers of
+// dispatch(): the hot path (collective_start) and dispatch_apart(). Called,
+// they cost a small call 5 ns more (measured: their arguments are built in
+// memory field by field and read back whole, which stalls on store
+// forwarding).
+#define BP_CPU_INLINE [[gnu::always_inline]] inline
 
 #define BP_CPU_CHECK(expression)                       \
   do {                                                 \
@@ -158,7 +173,7 @@ struct RangeJob {
   }
 };
 
-std::int32_t run_reduction(const Call &c, const ReduceIo &io) {
+BP_CPU_INLINE std::int32_t run_reduction(const Call &c, const ReduceIo &io) {
   const ReduceKernel kernel = c.reduction_kernel();
   if (kernel == nullptr) return BP_INTERNAL;
   const RangeJob job{kernel, io};
@@ -167,11 +182,12 @@ std::int32_t run_reduction(const Call &c, const ReduceIo &io) {
   return BP_OK;
 }
 
-std::int32_t all_reduce(const Call &c) {
+BP_CPU_INLINE std::int32_t all_reduce(const Call &c) {
   for (std::size_t r = 0; r < c.n; ++r) {
     BP_CPU_CHECK(c.need_send(r, c.block));
     BP_CPU_CHECK(c.need_recv(r, c.block));
   }
+  if (c.check_only) return BP_OK;
   std::size_t footprint = 0;
   for (std::size_t r = 0; r < c.n; ++r) {
     c.comm.inputs[r] = c.send(r)->data;
@@ -182,10 +198,11 @@ std::int32_t all_reduce(const Call &c) {
                                    c.streaming(footprint, c.any_in_place())});
 }
 
-std::int32_t reduce(const Call &c) {
+BP_CPU_INLINE std::int32_t reduce(const Call &c) {
   const std::size_t root = c.args.root;
   for (std::size_t r = 0; r < c.n; ++r) BP_CPU_CHECK(c.need_send(r, c.block));
   BP_CPU_CHECK(c.need_recv(root, c.block));
+  if (c.check_only) return BP_OK;
   for (std::size_t r = 0; r < c.n; ++r) c.comm.inputs[r] = c.send(r)->data;
   c.comm.outputs[0] = c.recv(root)->data;
   return run_reduction(c, ReduceIo{c.comm.inputs.data(), c.n, 0, c.comm.outputs.data(), 1, 0, kNoOutputSkipped,
@@ -209,11 +226,12 @@ struct ReduceScatterJob {
   }
 };
 
-std::int32_t reduce_scatter(const Call &c) {
+BP_CPU_INLINE std::int32_t reduce_scatter(const Call &c) {
   for (std::size_t r = 0; r < c.n; ++r) {
     BP_CPU_CHECK(c.need_send(r, c.total));
     if (!c.in_place(r)) BP_CPU_CHECK(c.need_recv(r, c.block));
   }
+  if (c.check_only) return BP_OK;
   const ReduceKernel kernel = c.reduction_kernel();
   if (kernel == nullptr) return BP_INTERNAL;
   for (std::size_t r = 0; r < c.n; ++r) {
@@ -237,10 +255,11 @@ struct CopyJob {
   }
 };
 
-std::int32_t broadcast(const Call &c) {
+BP_CPU_INLINE std::int32_t broadcast(const Call &c) {
   const std::size_t root = c.args.root;
   BP_CPU_CHECK(c.need_send(root, c.block));
   for (std::size_t r = 0; r < c.n; ++r) BP_CPU_CHECK(c.need_recv(r, c.block));
+  if (c.check_only) return BP_OK;
   c.comm.inputs[0] = c.send(root)->data;
   for (std::size_t r = 0; r < c.n; ++r) c.comm.outputs[r] = c.recv(r)->data;
   // The root's block is read once and written to every recv from registers.
@@ -268,11 +287,12 @@ struct AllGatherJob {
   }
 };
 
-std::int32_t all_gather(const Call &c) {
+BP_CPU_INLINE std::int32_t all_gather(const Call &c) {
   for (std::size_t r = 0; r < c.n; ++r) {
     if (!c.in_place(r)) BP_CPU_CHECK(c.need_send(r, c.block));
     BP_CPU_CHECK(c.need_recv(r, c.total));
   }
+  if (c.check_only) return BP_OK;
   for (std::size_t j = 0; j < c.n; ++j) {
     c.comm.inputs[j] = c.in_place(j) ? c.recv(j)->data + j * c.block : c.send(j)->data;
     c.comm.outputs[j] = c.recv(j)->data;
@@ -302,23 +322,25 @@ struct GatherJob {
   }
 };
 
-std::int32_t gather(const Call &c) {
+BP_CPU_INLINE std::int32_t gather(const Call &c) {
   const std::size_t root = c.args.root;
   for (std::size_t r = 0; r < c.n; ++r) {
     if (!(r == root && c.in_place(root))) BP_CPU_CHECK(c.need_send(r, c.block));
   }
   BP_CPU_CHECK(c.need_recv(root, c.total));
+  if (c.check_only) return BP_OK;
   const GatherJob job{CopyJob{copy_kernel(), c.streaming(2 * c.total)}, &c, true};
   c.run(ParallelJob{&GatherJob::run, &job, c.n, c.block, 0}, 2);
   return BP_OK;
 }
 
-std::int32_t scatter(const Call &c) {
+BP_CPU_INLINE std::int32_t scatter(const Call &c) {
   const std::size_t root = c.args.root;
   BP_CPU_CHECK(c.need_send(root, c.total));
   for (std::size_t r = 0; r < c.n; ++r) {
     if (!(r == root && c.in_place(root))) BP_CPU_CHECK(c.need_recv(r, c.block));
   }
+  if (c.check_only) return BP_OK;
   const GatherJob job{CopyJob{copy_kernel(), c.streaming(2 * c.total)}, &c, false};
   c.run(ParallelJob{&GatherJob::run, &job, c.n, c.block, 0}, 2);
   return BP_OK;
@@ -372,14 +394,178 @@ struct AllToAllJob {
   }
 };
 
-std::int32_t all_to_all(const Call &c) {
+BP_CPU_INLINE std::int32_t all_to_all(const Call &c) {
   for (std::size_t r = 0; r < c.n; ++r) {
     BP_CPU_CHECK(c.need_send(r, c.total));
     if (!c.in_place(r)) BP_CPU_CHECK(c.need_recv(r, c.total));
   }
+  if (c.check_only) return BP_OK;
   const AllToAllJob job{CopyJob{copy_kernel(), c.streaming(2 * c.n * c.total, c.any_in_place())}, &c};
   // Pairs move 4 bytes per unit (2 blocks read, 2 written); the diagonal 2.
   c.run(ParallelJob{&AllToAllJob::run, &job, c.n * (c.n + 1) / 2, c.block, 0}, 4);
+  return BP_OK;
+}
+
+// The shape of a call whose arguments passed the checks every call makes.
+struct Shape {
+  std::size_t n = 0;      // ranks
+  std::size_t block = 0;  // bytes of `count` elements
+  std::size_t total = 0;  // bytes of `count * n` elements
+  bool nothing_to_do = false;  // barrier, or count 0
+};
+
+// Everything but the buffers, which each collective checks (Call::need).
+std::int32_t check_shape(const bp_host_services *services, bp_error_sink *sink, const bp_plugin_comm &comm,
+                         const bp_collective_args &a, Shape &shape) {
+  const char *name = collective_name(a.collective);
+  const std::size_t n = comm.devices.size();
+  shape.n = n;
+  if (a.collective >= BP_COLLECTIVE_COUNT) {
+    return fail(services, sink, BP_UNSUPPORTED_COLLECTIVE, "cpu collective_start: collective %u does not exist",
+                static_cast<unsigned>(a.collective));
+  }
+  if (a.rank_count != n) {
+    return fail(services, sink, BP_INVALID_ARGUMENT, "cpu %s: %zu ranks given to a group of %zu", name,
+                a.rank_count, n);
+  }
+  // All ranks are driven by this one call, so they have all arrived.
+  if (a.collective == BP_BARRIER) {
+    shape.nothing_to_do = true;
+    return BP_OK;
+  }
+
+  const std::size_t element = dtype_size(a.dtype);
+  if (element == 0) {
+    return fail(services, sink, BP_UNSUPPORTED_DTYPE, "cpu %s: element type %u does not exist", name,
+                static_cast<unsigned>(a.dtype));
+  }
+  if (reduces(a.collective)) {
+    if (a.reduce_op >= BP_REDUCE_OP_COUNT) {
+      return fail(services, sink, BP_UNSUPPORTED_REDUCE_OP, "cpu %s: reduce op %u does not exist", name,
+                  static_cast<unsigned>(a.reduce_op));
+    }
+    if (a.reduce_op == BP_AVG && !is_float_dtype(a.dtype)) {
+      return fail(services, sink, BP_UNSUPPORTED_REDUCE_OP,
+                  "cpu %s: avg is supported on f16, bf16, f32 and f64 only, not %s", name, dtype_name(a.dtype));
+    }
+  }
+  if (has_root(a.collective) && a.root >= n) {
+    return fail(services, sink, BP_INVALID_ARGUMENT, "cpu %s: root %u is not a rank of a group of %zu", name,
+                static_cast<unsigned>(a.root), n);
+  }
+  if (a.count == 0) {
+    shape.nothing_to_do = true;
+    return BP_OK;
+  }
+  if (a.send == nullptr || a.recv == nullptr) {
+    return fail(services, sink, BP_INVALID_ARGUMENT, "cpu %s: send or recv array is NULL", name);
+  }
+  if (__builtin_mul_overflow(a.count, element, &shape.block) || __builtin_mul_overflow(shape.block, n, &shape.total)) {
+    return fail(services, sink, BP_INVALID_ARGUMENT, "cpu %s: %zu elements of %s overflow the address space",
+                name, a.count, dtype_name(a.dtype));
+  }
+  return BP_OK;
+}
+
+// Inlined into collective_start's one call of it, the hot path.
+BP_CPU_INLINE std::int32_t dispatch(const Call &call) {
+  switch (call.args.collective) {
+    case BP_ALL_REDUCE:
+      return all_reduce(call);
+    case BP_REDUCE:
+      return reduce(call);
+    case BP_BROADCAST:
+      return broadcast(call);
+    case BP_ALL_GATHER:
+      return all_gather(call);
+    case BP_REDUCE_SCATTER:
+      return reduce_scatter(call);
+    case BP_GATHER:
+      return gather(call);
+    case BP_SCATTER:
+      return scatter(call);
+    case BP_ALL_TO_ALL:
+      return all_to_all(call);
+    default:
+      return fail(call.services, call.sink, BP_INTERNAL, "cpu %s: not dispatched",
+                  collective_name(call.args.collective));
+  }
+}
+
+// The same for the _async path's checks and the queue's thread.
+[[gnu::noinline]] std::int32_t dispatch_apart(const Call &call) { return dispatch(call); }
+
+std::size_t saturating_multiply(std::size_t a, std::size_t b) {
+  std::size_t product = 0;
+  return __builtin_mul_overflow(a, b, &product) ? SIZE_MAX : product;
+}
+
+// Bytes read + written, as in the cost table at the top (saturating).
+std::size_t traffic_bytes(std::uint32_t collective, const Shape &shape) {
+  const std::size_t n = shape.n, block = shape.block, total = shape.total;
+  switch (collective) {
+    case BP_ALL_REDUCE:
+    case BP_GATHER:
+    case BP_SCATTER:
+      return saturating_multiply(total, 2);
+    case BP_REDUCE:
+    case BP_BROADCAST:
+      return total + block;
+    case BP_REDUCE_SCATTER:
+    case BP_ALL_GATHER:
+      return saturating_multiply(total, n + 1);
+    case BP_ALL_TO_ALL:
+      return saturating_multiply(total, 2 * n);
+    default:
+      return 0;
+  }
+}
+
+// An _async call worth running apart from the caller, or one that must
+// wait its turn behind the comm's requests in flight: checked here, then
+// queued with its own copy of the arguments. `shape` comes by value: by
+// reference, it would live in memory on the hot path too, and reading it
+// back whole there stalls on store forwarding (6 ns a call, measured).
+[[gnu::noinline]] std::int32_t start_async(bp_plugin_state &state, bp_plugin_comm &comm,
+                                           const bp_collective_args &a, Shape shape, bp_plugin_request **out,
+                                           bp_error_sink *sink) {
+  const bp_host_services *services = state.services;
+  if (!shape.nothing_to_do) {
+    BP_CPU_CHECK(dispatch_apart(Call{services, sink, comm, a, shape.n, shape.block, shape.total, true}));
+  }
+  try {
+    state.async_queue.start(services);
+  } catch (const std::system_error &e) {
+    // Nothing was ever queued then (the thread starts with the first
+    // request), so the call may complete right here, still in order.
+    log(services, BP_LOG_WARN, "cannot start the thread for _async collectives (%s); they complete on the "
+        "calling thread", e.what());
+    if (shape.nothing_to_do) return BP_OK;
+    return dispatch_apart(Call{services, sink, comm, a, shape.n, shape.block, shape.total});
+  }
+  auto request = std::make_unique<bp_plugin_request>();
+  request->comm = &comm;
+  bp_collective_args &copy = request->args;
+  copy.struct_size = sizeof copy;
+  copy.collective = a.collective;
+  copy.dtype = a.dtype;
+  copy.reduce_op = a.reduce_op;
+  copy.root = a.root;
+  copy.count = a.count;
+  copy.rank_count = a.rank_count;
+  if (!shape.nothing_to_do) {
+    request->buffers.reserve(2 * shape.n);
+    request->buffers.insert(request->buffers.end(), a.send, a.send + shape.n);
+    request->buffers.insert(request->buffers.end(), a.recv, a.recv + shape.n);
+    copy.send = request->buffers.data();
+    copy.recv = request->buffers.data() + shape.n;
+  }
+  request->block = shape.block;
+  request->total = shape.total;
+  request->nothing_to_do = shape.nothing_to_do;
+  comm.in_flight.fetch_add(1, std::memory_order_relaxed);
+  state.async_queue.push(request.get());
+  *out = request.release();
   return BP_OK;
 }
 
@@ -423,6 +609,7 @@ std::int32_t comm_create(bp_plugin_state &state, std::uint32_t kind, const std::
   comm->threads = comm->pool != nullptr ? comm->pool->workers() + 1 : 1;
   comm->parallel_threshold_bytes = state.parallel_threshold_bytes;
   comm->streaming_threshold_bytes = state.streaming_threshold_bytes;
+  comm->async_threshold_bytes = state.async_threshold_bytes;
   ++state.live_objects;
   *out = comm.release();
   return BP_OK;
@@ -430,6 +617,10 @@ std::int32_t comm_create(bp_plugin_state &state, std::uint32_t kind, const std::
 
 void comm_destroy(bp_plugin_state &state, bp_plugin_comm *comm) {
   if (comm == nullptr) return;
+  // The host destroys a comm only once its requests were released, so this
+  // is a single load, but for the queue's last touch of the count, which
+  // follows the last request's completion.
+  wait_for_comm(comm->in_flight);
   delete comm;
   std::lock_guard<std::mutex> lock(state.mutex);
   --state.live_objects;
@@ -439,74 +630,39 @@ std::int32_t collective_start(bp_plugin_state &state, bp_plugin_comm &comm, cons
                               bp_plugin_request **out, bp_error_sink *sink) {
   const bp_host_services *services = state.services;
   if (out == nullptr) return fail(services, sink, BP_INVALID_ARGUMENT, "cpu collective_start: out is NULL");
-  *out = nullptr;  // every collective completes before this returns
+  *out = nullptr;
   if (args == nullptr || args->struct_size < BP_COLLECTIVE_ARGS_SIZE_V1_0) {
     return fail(services, sink, BP_INVALID_ARGUMENT, "cpu collective_start: args is NULL or smaller than ABI 1.0's");
   }
   const bp_collective_args &a = *args;
-  const char *name = collective_name(a.collective);
-  const std::size_t n = comm.devices.size();
-  if (a.collective >= BP_COLLECTIVE_COUNT) {
-    return fail(services, sink, BP_UNSUPPORTED_COLLECTIVE, "cpu collective_start: collective %u does not exist",
-                static_cast<unsigned>(a.collective));
+  // A 1.0/1.1 host sends no flags, and waits for every request itself.
+  const bool caller_waits =
+      a.struct_size < BP_COLLECTIVE_ARGS_SIZE_V1_2 || (a.flags & BP_COLLECTIVE_CALLER_WAITS) != 0;
+  Shape shape;
+  BP_CPU_CHECK(check_shape(services, sink, comm, a, shape));
+  // The one atomic of the hot path: anything of this comm queued or running?
+  const bool behind_requests = comm.in_flight.load(std::memory_order_acquire) != 0;
+  if (!caller_waits && (behind_requests || (!shape.nothing_to_do &&
+                                            traffic_bytes(a.collective, shape) >= comm.async_threshold_bytes)))
+      [[unlikely]] {
+    return start_async(state, comm, a, shape, out, sink);
   }
-  if (a.rank_count != n) {
-    return fail(services, sink, BP_INVALID_ARGUMENT, "cpu %s: %zu ranks given to a group of %zu", name,
-                a.rank_count, n);
-  }
-  // All ranks are driven by this one call, so they have all arrived.
-  if (a.collective == BP_BARRIER) return BP_OK;
+  // On this thread, with the pool: at once, or once the comm's earlier
+  // requests ran (the caller waits anyway).
+  if (behind_requests) [[unlikely]] wait_for_comm(comm.in_flight);
+  if (shape.nothing_to_do) return BP_OK;
+  return dispatch(Call{services, sink, comm, a, shape.n, shape.block, shape.total});
+}
 
-  const std::size_t element = dtype_size(a.dtype);
-  if (element == 0) {
-    return fail(services, sink, BP_UNSUPPORTED_DTYPE, "cpu %s: element type %u does not exist", name,
-                static_cast<unsigned>(a.dtype));
-  }
-  if (reduces(a.collective)) {
-    if (a.reduce_op >= BP_REDUCE_OP_COUNT) {
-      return fail(services, sink, BP_UNSUPPORTED_REDUCE_OP, "cpu %s: reduce op %u does not exist", name,
-                  static_cast<unsigned>(a.reduce_op));
-    }
-    if (a.reduce_op == BP_AVG && !is_float_dtype(a.dtype)) {
-      return fail(services, sink, BP_UNSUPPORTED_REDUCE_OP,
-                  "cpu %s: avg is supported on f16, bf16, f32 and f64 only, not %s", name, dtype_name(a.dtype));
-    }
-  }
-  if (has_root(a.collective) && a.root >= n) {
-    return fail(services, sink, BP_INVALID_ARGUMENT, "cpu %s: root %u is not a rank of a group of %zu", name,
-                static_cast<unsigned>(a.root), n);
-  }
-  if (a.count == 0) return BP_OK;
-  if (a.send == nullptr || a.recv == nullptr) {
-    return fail(services, sink, BP_INVALID_ARGUMENT, "cpu %s: send or recv array is NULL", name);
-  }
-  std::size_t block = 0;
-  std::size_t total = 0;
-  if (__builtin_mul_overflow(a.count, element, &block) || __builtin_mul_overflow(block, n, &total)) {
-    return fail(services, sink, BP_INVALID_ARGUMENT, "cpu %s: %zu elements of %s overflow the address space",
-                name, a.count, dtype_name(a.dtype));
-  }
-
-  const Call call{state, sink, comm, a, n, block, total};
-  switch (a.collective) {
-    case BP_ALL_REDUCE:
-      return all_reduce(call);
-    case BP_REDUCE:
-      return reduce(call);
-    case BP_BROADCAST:
-      return broadcast(call);
-    case BP_ALL_GATHER:
-      return all_gather(call);
-    case BP_REDUCE_SCATTER:
-      return reduce_scatter(call);
-    case BP_GATHER:
-      return gather(call);
-    case BP_SCATTER:
-      return scatter(call);
-    case BP_ALL_TO_ALL:
-      return all_to_all(call);
-    default:
-      return fail(services, sink, BP_INTERNAL, "cpu %s: not dispatched", name);
+std::int32_t run_request(const bp_host_services *services, bp_error_sink *sink,
+                         bp_plugin_request &request) noexcept {
+  try {
+    bp_plugin_comm &comm = *request.comm;
+    return dispatch_apart(
+        Call{services, sink, comm, request.args, comm.devices.size(), request.block, request.total});
+  } catch (...) {  // nothing in a collective throws; a bug if it does
+    return fail(services, sink, BP_INTERNAL, "cpu %s: internal error while running",
+                collective_name(request.args.collective));
   }
 }
 

@@ -102,6 +102,7 @@ std::unique_ptr<bp_plugin_state> make_state(const bp_host_services *services) {
   state->threads = state->available_cpus;
   state->parallel_threshold_bytes = kDefaultParallelThresholdBytes;
   state->streaming_threshold_bytes = default_streaming_threshold(state->last_level_cache_bytes);
+  state->async_threshold_bytes = kDefaultAsyncThresholdBytes;
   return state;
 }
 

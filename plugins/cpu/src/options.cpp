@@ -1,5 +1,6 @@
 // configure(): the cpu kind's options, a small JSON object of integers such
-// as {"devices": 16, "threads": 2, "parallel_threshold_bytes": 262144}.
+// as {"devices": 16, "threads": 2, "parallel_threshold_bytes": 262144,
+// "async_threshold_bytes": 0}.
 // Keys not listed are refused, so a typo never silently falls back to a
 // default.
 #include <optional>
@@ -19,20 +20,24 @@ struct Options {
   std::uint32_t threads = 0;
   std::optional<std::size_t> parallel_threshold_bytes;
   std::optional<std::size_t> streaming_threshold_bytes;
+  std::optional<std::size_t> async_threshold_bytes;
 };
 
 std::optional<Options> parse_options(std::string_view text, std::string *error) {
   const std::optional<plugin_support::OptionsObject> object = plugin_support::OptionsObject::parse(text, error);
   if (!object ||
-      !object->only_keys({"devices", "threads", "parallel_threshold_bytes", "streaming_threshold_bytes"}, error)) {
+      !object->only_keys({"devices", "threads", "parallel_threshold_bytes", "streaming_threshold_bytes",
+                          "async_threshold_bytes"},
+                         error)) {
     return std::nullopt;
   }
   Options options;
-  std::uint64_t devices = options.devices, threads = 0, parallel = 0, streaming = 0;
+  std::uint64_t devices = options.devices, threads = 0, parallel = 0, streaming = 0, async = 0;
   if (!object->read("devices", 1, kMaxDeviceCount, devices, error) ||
       !object->read("threads", 1, kMaxThreads, threads, error) ||
       !object->read("parallel_threshold_bytes", 0, kMaxThresholdBytes, parallel, error) ||
-      !object->read("streaming_threshold_bytes", 0, kMaxThresholdBytes, streaming, error)) {
+      !object->read("streaming_threshold_bytes", 0, kMaxThresholdBytes, streaming, error) ||
+      !object->read("async_threshold_bytes", 0, kMaxThresholdBytes, async, error)) {
     return std::nullopt;
   }
   options.devices = static_cast<std::uint32_t>(devices);
@@ -41,6 +46,7 @@ std::optional<Options> parse_options(std::string_view text, std::string *error) 
   if (object->has("streaming_threshold_bytes")) {
     options.streaming_threshold_bytes = static_cast<std::size_t>(streaming);
   }
+  if (object->has("async_threshold_bytes")) options.async_threshold_bytes = static_cast<std::size_t>(async);
   return options;
 }
 
@@ -79,10 +85,12 @@ std::int32_t configure(bp_plugin_state &state, std::uint32_t kind, const char *o
   state.parallel_threshold_bytes = options->parallel_threshold_bytes.value_or(kDefaultParallelThresholdBytes);
   state.streaming_threshold_bytes = options->streaming_threshold_bytes.value_or(
       default_streaming_threshold(state.last_level_cache_bytes));
+  state.async_threshold_bytes = options->async_threshold_bytes.value_or(kDefaultAsyncThresholdBytes);
   log(state.services, BP_LOG_DEBUG,
-      "configured %u logical cpu devices, %u threads, parallel above %zu bytes, streaming above %zu bytes",
+      "configured %u logical cpu devices, %u threads, parallel above %zu bytes, streaming above %zu bytes, "
+      "_async calls apart from the caller from %zu bytes",
       static_cast<unsigned>(options->devices), static_cast<unsigned>(threads), state.parallel_threshold_bytes,
-      state.streaming_threshold_bytes);
+      state.streaming_threshold_bytes, state.async_threshold_bytes);
   return BP_OK;
 }
 

@@ -20,6 +20,8 @@ const char *const kDeviceKinds[] = {"cpu"};
 void fn_destroy(bp_plugin_state *state) noexcept {
   if (state == nullptr) return;
   plugin_support::guarded_void(state, kPluginName, "destroy", [&] {
+    // Requests still queued run to their end before the threads stop.
+    state->async_queue.stop();
     std::size_t live = 0;
     {
       std::lock_guard<std::mutex> lock(state->mutex);
@@ -99,26 +101,30 @@ std::int32_t fn_collective_start(bp_plugin_state *state, bp_plugin_comm *comm, c
   });
 }
 
-// collective_start completes every collective and returns no request, so
-// the host never has one of ours to pass to these.
+// Requests are those collective_start handed out (async_queue.cpp); the host
+// never passes the NULL "already complete" one.
 std::int32_t fn_request_test(bp_plugin_state *state, bp_plugin_request *request, bool *done,
                              bp_error_sink *sink) noexcept {
-  (void)done;  // left untouched: there is no request whose state it could give
-  if (state == nullptr) return BP_INVALID_ARGUMENT;
-  return plugin_support::no_such_request(state->services, sink, kPluginName, request, "request_test");
+  return plugin_support::guarded(state, sink, kPluginName, "request_test", [&]() -> std::int32_t {
+    if (request == nullptr) {
+      return fail(state->services, sink, BP_INVALID_ARGUMENT, "cpu request_test: request is NULL");
+    }
+    return request_test(*state, *request, done, sink);
+  });
 }
 
 std::int32_t fn_request_wait(bp_plugin_state *state, bp_plugin_request *request, std::int64_t timeout_ns,
                              bp_error_sink *sink) noexcept {
-  (void)timeout_ns;
-  if (state == nullptr) return BP_INVALID_ARGUMENT;
-  return plugin_support::no_such_request(state->services, sink, kPluginName, request, "request_wait");
+  return plugin_support::guarded(state, sink, kPluginName, "request_wait", [&]() -> std::int32_t {
+    if (request == nullptr) {
+      return fail(state->services, sink, BP_INVALID_ARGUMENT, "cpu request_wait: request is NULL");
+    }
+    return request_wait(*state, *request, timeout_ns, sink);
+  });
 }
 
 void fn_request_release(bp_plugin_state *state, bp_plugin_request *request) noexcept {
-  if (state == nullptr || request == nullptr) return;
-  log(state->services, BP_LOG_WARN, "request_release: %p is not a request of the cpu plugin; ignored",
-      static_cast<void *>(request));
+  plugin_support::guarded_void(state, kPluginName, "request_release", [&] { request_release(*state, request); });
 }
 
 // The descriptor, capability rows and function table are immutable and shared

@@ -1,7 +1,9 @@
-// The cpu plugin's handles (state, buffer, comm) and the functions behind its
-// table. Everything here may throw; plugin.cpp is the ABI boundary that stops it.
+// The cpu plugin's handles (state, buffer, comm, request) and the functions
+// behind its table. Everything here may throw; plugin.cpp is the ABI
+// boundary that stops it.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -13,6 +15,7 @@
 
 #include "backplane/plugin.h"
 #include "plugin_support/host_link.hpp"
+#include "async_queue.hpp"
 #include "thread_pool.hpp"
 
 // One per bp_plugin_entry call, so two hosts in one process never share one.
@@ -37,9 +40,16 @@ struct bp_plugin_state {
   // Calls touching more distinct bytes than this write with streaming
   // stores ("streaming_threshold_bytes").
   std::size_t streaming_threshold_bytes = 0;
+  // _async calls moving fewer bytes than this complete inside
+  // collective_start ("async_threshold_bytes").
+  std::size_t async_threshold_bytes = 0;
   // Created with the first comm, when threads > 1; replaced only while no
   // comm exists (configure), so a comm's pointer to it stays valid.
   std::unique_ptr<backplane::cpu::ThreadPool> pool;
+  // Runs the _async requests of every comm, in start order, on a thread of
+  // its own started with the first. Declared after the pool, so that it is
+  // stopped (its queue run to the end) before the pool goes.
+  backplane::cpu::AsyncQueue async_queue;
   // Buffers and comms alive: configure is refused while any exists, since
   // they name devices of the current count.
   std::size_t live_objects = 0;
@@ -81,6 +91,34 @@ struct bp_plugin_comm {
   std::size_t threads = 1;
   std::size_t parallel_threshold_bytes = 0;
   std::size_t streaming_threshold_bytes = 0;
+  std::size_t async_threshold_bytes = 0;
+  // Requests of this comm started and not yet run to the end, plus
+  // kDrainWaiters while a thread sleeps on the word for it to reach 0 (a
+  // futex word; async_queue.hpp). Read once by every call: while it is 0,
+  // nothing of the comm is in flight, and its scratch arrays above are the
+  // caller's.
+  std::atomic<std::uint32_t> in_flight{0};
+};
+
+// A started _async collective: its own copy of the arguments and of the
+// send/recv handle arrays (borrowed by collective_start for the call only),
+// queued on the state's AsyncQueue until it ran. The host owns it from
+// collective_start to request_release.
+struct bp_plugin_request {
+  bp_plugin_comm *comm = nullptr;
+  bp_collective_args args{};                // send and recv point into `buffers`
+  std::vector<bp_plugin_buffer *> buffers;  // send[0..n), then recv[0..n)
+  std::size_t block = 0;                    // bytes of `count` elements
+  std::size_t total = 0;                    // bytes of `count * n` elements
+  bool nothing_to_do = false;               // barrier or count 0: completes in turn, touches nothing
+  bp_plugin_request *next = nullptr;        // the queue's link
+  // kRequestPending, kRequestWaited (a thread sleeps on the word) or
+  // kRequestDone (a futex word, async_queue.hpp). Once kRequestDone, the
+  // queue's thread touches nothing of the request any more.
+  std::atomic<std::uint32_t> progress{0};
+  // The outcome, written before progress becomes kRequestDone.
+  std::int32_t status = BP_OK;
+  char message[512] = {};
 };
 
 namespace backplane::cpu {
@@ -88,6 +126,12 @@ namespace backplane::cpu {
 inline constexpr std::uint32_t kDefaultDeviceCount = 8;
 inline constexpr std::uint32_t kMaxDeviceCount = 1024;
 inline constexpr std::uint32_t kMaxThreads = 1024;
+// Measured on the 2-core development machine (README, "Requests"): below
+// this many bytes read + written (about 100 us of work), an _async call
+// completes inside collective_start: handed to the queue's thread, start
+// and wait together cost 10-20 us more than the call itself (50-200% of
+// calls of 1-8 MiB, 10% at 16 MiB, 1-6% at 64 MiB).
+inline constexpr std::size_t kDefaultAsyncThresholdBytes = std::size_t{16} << 20;
 // Measured on the 2-core development machine (README, "Threads"): below
 // this many bytes read + written, handing half a call to a second thread
 // (about 1 us) costs more than it saves.
@@ -145,5 +189,15 @@ void comm_destroy(bp_plugin_state &state, bp_plugin_comm *comm);
 std::int32_t collective_start(bp_plugin_state &state, bp_plugin_comm &comm,
                               const bp_collective_args *args, bp_plugin_request **out,
                               bp_error_sink *sink);
+// Runs a queued request on the calling thread (the queue's), reporting a
+// failure through `services` and `sink`; the status.
+std::int32_t run_request(const bp_host_services *services, bp_error_sink *sink,
+                         bp_plugin_request &request) noexcept;
+
+// async_queue.cpp: the table's request functions.
+std::int32_t request_test(bp_plugin_state &state, bp_plugin_request &request, bool *done, bp_error_sink *sink);
+std::int32_t request_wait(bp_plugin_state &state, bp_plugin_request &request, std::int64_t timeout_ns,
+                          bp_error_sink *sink);
+void request_release(bp_plugin_state &state, bp_plugin_request *request);
 
 }  // namespace backplane::cpu

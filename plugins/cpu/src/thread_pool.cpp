@@ -1,20 +1,16 @@
 // The persistent thread pool (see thread_pool.hpp for the protocol).
 #include "thread_pool.hpp"
 
-#include <linux/futex.h>
+#include "futex.hpp"
+
 #include <pthread.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <climits>
 #include <system_error>
 
 namespace backplane::cpu {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 constexpr std::uint32_t kGateOpen = 0x80000000u;
 
@@ -28,46 +24,6 @@ constexpr auto kWorkerSpin = std::chrono::microseconds(10);
 constexpr auto kWorkerYield = std::chrono::microseconds(200);
 constexpr auto kCallerSpin = std::chrono::microseconds(20);
 constexpr auto kCallerYield = std::chrono::microseconds(50);
-
-static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t) &&
-                  std::atomic<std::uint32_t>::is_always_lock_free,
-              "futex words are atomics used in place");
-
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
-void futex_wait(std::atomic<std::uint32_t> *word, std::uint32_t expected) noexcept {
-  // Returns at once (EAGAIN) when *word no longer holds `expected`; callers
-  // re-check their condition either way (EINTR, spurious wake-ups).
-  syscall(SYS_futex, reinterpret_cast<std::uint32_t *>(word), FUTEX_WAIT_PRIVATE, expected, nullptr, nullptr, 0);
-}
-
-void futex_wake_all(std::atomic<std::uint32_t> *word) noexcept {
-  syscall(SYS_futex, reinterpret_cast<std::uint32_t *>(word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
-}
-
-// Spins for `spin`, then yields until `spin + yield` has passed, checking
-// `ready` throughout. True once ready; false when the time ran out (the
-// caller then sleeps).
-template <class Ready>
-bool spin_then_yield(Ready &&ready, Clock::duration spin, Clock::duration yield) noexcept {
-  const Clock::time_point start = Clock::now();
-  for (unsigned i = 1;; ++i) {
-    if (ready()) return true;
-    cpu_relax();
-    if (i % 64 == 0 && Clock::now() - start > spin) break;
-  }
-  while (Clock::now() - start < spin + yield) {
-    if (ready()) return true;
-    std::this_thread::yield();
-  }
-  return ready();
-}
 
 }  // namespace
 

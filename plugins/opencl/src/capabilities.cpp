@@ -13,9 +13,8 @@ namespace backplane::opencl {
 using plugin_support::kAllDtypes;
 using plugin_support::kEveryCollectiveRows;
 
-const bp_capability *kind_capabilities(std::size_t *count) noexcept {
-  *count = kEveryCollectiveRows.size();
-  return kEveryCollectiveRows.data();
+std::vector<bp_capability> kind_capabilities(std::uint32_t host_minor) {
+  return plugin_support::rows_for_host(kEveryCollectiveRows, host_minor);
 }
 
 std::uint32_t device_dtypes(const DeviceFeatures &features) noexcept {
@@ -26,17 +25,19 @@ std::uint32_t device_dtypes(const DeviceFeatures &features) noexcept {
   return dtypes;
 }
 
-std::vector<bp_capability> device_capabilities(const DeviceFeatures &features) {
+std::vector<bp_capability> device_capabilities(std::span<const bp_capability> kind_rows,
+                                               const DeviceFeatures &features, std::uint64_t max_allocation_bytes) {
   const std::uint32_t dtypes = device_dtypes(features);
   std::vector<bp_capability> rows;
-  if (dtypes == kAllDtypes) return rows;
-  for (const bp_capability &kind_row : kEveryCollectiveRows) {
+  rows.reserve(kind_rows.size());
+  for (const bp_capability &kind_row : kind_rows) {
     bp_capability narrowed = kind_row;
     // Barrier moves no elements, so no dtype narrows it.
     if (kind_row.collective != BP_BARRIER) {
       narrowed.dtypes &= dtypes;
       if (narrowed.dtypes == 0) continue;
     }
+    narrowed.max_bytes = max_allocation_bytes;
     rows.push_back(narrowed);
   }
   return rows;

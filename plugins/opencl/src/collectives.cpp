@@ -5,14 +5,22 @@
 // the platform, so the lead's kernels read and write any rank's buffer on
 // that platform directly, and the runtime moves the data if the devices
 // have separate memories. A collective enqueues its kernels back to back
-// and waits once (PoCL: ~7 us per queued kernel against ~30 us for each
-// launch-and-wait), then returns: collective_start always completes.
+// (PoCL: ~7 us per queued kernel against ~30 us for each launch-and-wait).
+// A blocking call (BP_COLLECTIVE_CALLER_WAITS, or a 1.0/1.1 host) then
+// waits once with clFinish and returns no request, allocating nothing; an
+// _async call flushes the queue and returns a request holding the event of
+// its last command (requests.cpp). The comm's queue is in order, so
+// requests complete in start order and each sees the results of the ones
+// before it.
 //
 // Ranks on another platform than the lead ("foreign" ranks) cannot be
 // reached from the lead's context. Their data goes through host memory:
 // their inputs are read into a host staging area and written into proxy
 // buffers in the lead's context, the kernels run on the proxies, and the
 // results go back the same way. comm_info says which route a comm takes.
+// That route stays synchronous: the staging reads and writes are blocking,
+// so collective_start completes such a comm's collectives (barrier
+// included) before it returns, and returns no request, whatever the flags.
 //
 // Kernels (kernels/collectives.cl) take up to kMaxBuffers buffers on each
 // side; a comm of up to that many ranks reduces with kernels built for its
@@ -31,6 +39,8 @@
 // Scratch (reductions over more than 8 ranks, in-place all_to_all) and the
 // proxies and staging of foreign ranks are per comm and grow on demand: a
 // call that needs more than any call before it allocates, no other does.
+// Growing first waits for the comm's queue, so no request in flight still
+// uses the buffer that goes.
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -80,7 +90,6 @@ struct Span {
 struct bp_plugin_comm {
   const bp_plugin_state *state = nullptr;
   std::vector<const backplane::opencl::Device *> ranks;  // rank r's device
-  std::vector<std::uint32_t> device_indices;             // and its index
   const backplane::opencl::Device *lead = nullptr;        // rank 0's: every kernel runs there
   cl_context context = nullptr;                           // the lead's platform's, borrowed
   backplane::opencl::QueueHandle queue;                   // on the lead, this comm's own
@@ -106,16 +115,12 @@ struct bp_plugin_comm {
   std::vector<std::vector<std::byte>> staging;
   backplane::opencl::MemHandle scratch;
   std::size_t scratch_bytes = 0;
+  // An _async barrier's markers, one per rank's device queue.
+  std::vector<cl_event> barrier_markers;
 };
 
 namespace backplane::opencl {
 namespace {
-
-#define BP_OPENCL_CHECK(expression)                        \
-  do {                                                     \
-    const std::int32_t bp_opencl_status_ = (expression);   \
-    if (bp_opencl_status_ != BP_OK) return bp_opencl_status_; \
-  } while (0)
 
 // One collective call: its arguments, sizes, and the enqueueing helpers.
 struct Call {
@@ -126,6 +131,10 @@ struct Call {
   std::size_t n;        // ranks
   std::size_t element;  // bytes of one element
   std::size_t block;    // bytes of `count` elements
+  // An _async call's event of its latest command on the comm's queue (one
+  // reference, NULL until the first); NULL on the blocking path, whose
+  // commands then create no events.
+  cl_event *last_event;
 
   const char *device_name() const { return comm.lead->name.c_str(); }
   // In place: the rank passes one buffer as send and recv.
@@ -135,9 +144,24 @@ struct Call {
     return fail_cl(state.services, sink, status, call, what, device_name());
   }
 
+  // Where the next command's event goes: the previous one is let go, since
+  // on an in-order queue the last command completes after all before it.
+  cl_event *record() const {
+    if (last_event == nullptr) return nullptr;
+    if (*last_event != nullptr) clReleaseEvent(*last_event);
+    *last_event = nullptr;
+    return last_event;
+  }
+
   // A buffer of `bytes` in the lead's context, grown (never shrunk) to fit.
+  // Requests in flight on the comm may still use the old one: they finish
+  // first (growing is rare, so waiting for them costs little).
   std::int32_t grow(MemHandle &mem, std::size_t &capacity, std::size_t bytes, const char *what) const {
     if (bytes <= capacity) return BP_OK;
+    if (mem) {
+      const cl_int finished = clFinish(comm.queue.get());
+      if (finished != CL_SUCCESS) return cl_failed(finished, "clFinish", what);
+    }
     mem.reset();
     capacity = 0;
     cl_int status = CL_SUCCESS;
@@ -161,11 +185,11 @@ struct Call {
     cl_int status = CL_SUCCESS;
     if (whole != 0) {
       status = clEnqueueNDRangeKernel(comm.queue.get(), kernel.kernel.get(), 1, nullptr, &whole, nullptr, 0, nullptr,
-                                      nullptr);
+                                      record());
     }
     if (status == CL_SUCCESS && tail != 0) {
       status = clEnqueueNDRangeKernel(comm.queue.get(), kernel.kernel.get(), 1, &tail_offset, &tail, nullptr, 0,
-                                      nullptr, nullptr);
+                                      nullptr, record());
     }
     return status == CL_SUCCESS ? BP_OK : cl_failed(status, "clEnqueueNDRangeKernel", kernel.name.c_str());
   }
@@ -276,39 +300,6 @@ struct Call {
     return BP_OK;
   }
 };
-
-// The host checked buffers against the counts already; checked again (O(n)
-// per call) because a wrong size here corrupts device memory rather than
-// failing.
-std::int32_t check_buffers(const Call &c) {
-  if (c.args.collective == BP_BARRIER) return BP_OK;
-  for (std::size_t r = 0; r < c.n; ++r) {
-    const bp_rank_buffers use = bp_rank_buffers_of(c.args.collective, c.n, r == c.args.root);
-    const std::pair<bool, const bp_plugin_buffer *> sides[] = {{use.uses_send, c.args.send[r]},
-                                                               {use.uses_recv, c.args.recv[r]}};
-    const std::size_t needed[] = {use.send_blocks * c.block, use.recv_blocks * c.block};
-    for (int side = 0; side < 2; ++side) {
-      if (!sides[side].first) continue;
-      const bp_plugin_buffer *buffer = sides[side].second;
-      const char *which = side == 0 ? "send" : "recv";
-      if (buffer == nullptr) {
-        return fail(c.state.services, c.sink, BP_INVALID_ARGUMENT, "opencl %s: %s buffer of rank %zu is NULL",
-                    kCollectiveNames[c.args.collective], which, r);
-      }
-      if (buffer->bytes < needed[side]) {
-        return fail(c.state.services, c.sink, BP_INVALID_ARGUMENT,
-                    "opencl %s: %s buffer of rank %zu holds %zu bytes, %zu needed",
-                    kCollectiveNames[c.args.collective], which, r, buffer->bytes, needed[side]);
-      }
-      if (buffer->device != c.comm.device_indices[r]) {
-        return fail(c.state.services, c.sink, BP_INVALID_ARGUMENT,
-                    "opencl %s: %s buffer of rank %zu lives on another device than the rank's",
-                    kCollectiveNames[c.args.collective], which, r);
-      }
-    }
-  }
-  return BP_OK;
-}
 
 // ---- the collectives, on comm.send / comm.recv ------------------------------
 
@@ -496,6 +487,8 @@ std::int32_t stage_out(const Call &c) {
   return BP_OK;
 }
 
+// Every rank's earlier work done: the comm's queue and every rank's device
+// queue (buffer transfers) finished.
 std::int32_t barrier(const Call &c) {
   cl_int status = clFinish(c.comm.queue.get());
   if (status != CL_SUCCESS) return c.cl_failed(status, "clFinish", "barrier");
@@ -506,6 +499,37 @@ std::int32_t barrier(const Call &c) {
     }
   }
   return BP_OK;
+}
+
+// The same without waiting (one platform only): a marker on every rank's
+// device queue, then one on the comm's queue that waits for them, after
+// the comm's own earlier commands (in order); the last is the request's.
+std::int32_t barrier_async(const Call &c) {
+  bp_plugin_comm &comm = c.comm;
+  std::int32_t result = BP_OK;
+  std::size_t marked = 0;
+  for (; marked < c.n; ++marked) {
+    const Device &device = *comm.ranks[marked];
+    cl_int status = clEnqueueMarkerWithWaitList(device.queue.get(), 0, nullptr, &comm.barrier_markers[marked]);
+    // Another queue's command waits on these: its queue must be flushed.
+    if (status == CL_SUCCESS) status = clFlush(device.queue.get());
+    if (status != CL_SUCCESS) {
+      if (comm.barrier_markers[marked] != nullptr) ++marked;
+      result = fail_cl(c.state.services, c.sink, status, "clEnqueueMarkerWithWaitList", "barrier",
+                       device.name.c_str());
+      break;
+    }
+  }
+  if (result == BP_OK) {
+    const cl_int status = clEnqueueMarkerWithWaitList(comm.queue.get(), static_cast<cl_uint>(c.n),
+                                                      comm.barrier_markers.data(), c.record());
+    if (status != CL_SUCCESS) result = c.cl_failed(status, "clEnqueueMarkerWithWaitList", "barrier");
+  }
+  for (std::size_t r = 0; r < marked; ++r) {
+    clReleaseEvent(comm.barrier_markers[r]);
+    comm.barrier_markers[r] = nullptr;
+  }
+  return result;
 }
 
 std::int32_t run_collective(const Call &c) {
@@ -566,16 +590,14 @@ std::int32_t create_kernels(const bp_plugin_state &state, bp_plugin_comm &comm, 
   }
   // Every (dtype, op) the lead declares must have its kernel; a missing one
   // is a bug of this plugin, caught here rather than in a collective.
-  std::size_t rows = 0;
-  const bp_capability *kind_rows = kind_capabilities(&rows);
   const std::uint32_t dtypes = device_dtypes(lead.features);
   for (std::uint32_t d = 0; d < BP_DTYPE_COUNT; ++d) {
     if (!(dtypes & (1u << d))) continue;
     for (std::uint32_t o = 0; o < BP_REDUCE_OP_COUNT; ++o) {
       bool declared = false;
-      for (std::size_t i = 0; i < rows; ++i) {
-        declared = declared || (kind_rows[i].collective == BP_ALL_REDUCE && (kind_rows[i].dtypes & (1u << d)) &&
-                                (kind_rows[i].reduce_ops & (1u << o)));
+      for (const bp_capability &row : state.kind_rows) {
+        declared = declared || (row.collective == BP_ALL_REDUCE && (row.dtypes & (1u << d)) &&
+                                (row.reduce_ops & (1u << o)));
       }
       if (!declared) continue;
       const std::string suffix = std::string(kDtypeNames[d]) + "_" + kOpNames[o];
@@ -631,7 +653,6 @@ std::int32_t comm_create(bp_plugin_state &state, std::uint32_t kind, const std::
                   static_cast<unsigned>(devices[r]), state.devices.size());
     }
     comm->ranks.push_back(state.devices[devices[r]].get());
-    comm->device_indices.push_back(devices[r]);
   }
   Device &lead = *state.devices[devices[0]];
   comm->lead = &lead;
@@ -659,6 +680,7 @@ std::int32_t comm_create(bp_plugin_state &state, std::uint32_t kind, const std::
   comm->proxy_send_bytes.assign(device_count, 0);
   comm->proxy_recv_bytes.assign(device_count, 0);
   comm->staging.resize(device_count);
+  comm->barrier_markers.assign(device_count, nullptr);
   comm->route = describe_route(state, *comm);
   log(state.services, BP_LOG_DEBUG, "comm of %zu ranks on '%s': %s", device_count, lead.name.c_str(),
       comm->route.c_str());
@@ -669,6 +691,9 @@ std::int32_t comm_create(bp_plugin_state &state, std::uint32_t kind, const std::
 
 void comm_destroy(bp_plugin_state &state, bp_plugin_comm *comm) {
   if (comm == nullptr) return;
+  // A host releases every request of a comm before destroying it; should
+  // one still be in flight, it ends before the comm's objects go.
+  if (comm->queue) clFinish(comm->queue.get());
   delete comm;
   std::lock_guard<std::mutex> lock(state.mutex);
   --state.live_objects;
@@ -680,48 +705,94 @@ std::int32_t comm_info(bp_plugin_state &state, bp_plugin_comm &comm, bp_plugin_c
   return BP_OK;
 }
 
-std::int32_t collective_start(bp_plugin_state &state, bp_plugin_comm &comm, const bp_collective_args *args,
-                              bp_plugin_request **out, bp_error_sink *sink) {
-  if (out != nullptr) *out = nullptr;
-  if (args == nullptr || out == nullptr) {
-    return fail(state.services, sink, BP_INVALID_ARGUMENT, "opencl collective_start: args or out is NULL");
-  }
-  const bool reduces =
-      args->collective == BP_ALL_REDUCE || args->collective == BP_REDUCE || args->collective == BP_REDUCE_SCATTER;
-  const bool rooted = args->collective == BP_REDUCE || args->collective == BP_BROADCAST ||
-                      args->collective == BP_GATHER || args->collective == BP_SCATTER;
-  if (args->collective >= BP_COLLECTIVE_COUNT || (args->collective != BP_BARRIER && args->dtype >= BP_DTYPE_COUNT) ||
-      (reduces && args->reduce_op >= BP_REDUCE_OP_COUNT) || args->rank_count != comm.ranks.size() ||
-      (rooted && args->root >= comm.ranks.size()) ||
-      (args->collective != BP_BARRIER && (args->send == nullptr || args->recv == nullptr))) {
-    return fail(state.services, sink, BP_INVALID_ARGUMENT,
-                "opencl collective_start: collective %u, dtype %u, op %u, root %u or %zu ranks do not fit this "
-                "comm of %zu",
-                static_cast<unsigned>(args->collective), static_cast<unsigned>(args->dtype),
-                static_cast<unsigned>(args->reduce_op), static_cast<unsigned>(args->root), args->rank_count,
-                comm.ranks.size());
-  }
-  const std::size_t element = args->collective == BP_BARRIER ? 1 : kDtypeSizes[args->dtype];
-  const Call c{state, sink, comm, *args, comm.ranks.size(), element, args->count * element};
-  if (args->collective == BP_BARRIER) return barrier(c);
-  BP_OPENCL_CHECK(check_buffers(c));
-  if (args->count == 0) return BP_OK;
-  const auto &kernels = comm.ranks_class != 0 ? comm.reduce_one : comm.reduce_generic;
-  if (reduces && !kernels[args->dtype][args->reduce_op].kernel) {
-    return fail(state.services, sink, BP_UNSUPPORTED_DEVICE, "opencl %s: '%s' has no kernel for %s %s",
-                kCollectiveNames[args->collective], comm.lead->name.c_str(), kDtypeNames[args->dtype],
-                kOpNames[args->reduce_op]);
-  }
+namespace {
 
+// A blocking call: everything enqueued, waited for once, and complete on
+// return; no request and no allocation. Also every call on a comm with
+// ranks on another platform, whose staging is synchronous.
+std::int32_t run_blocking(const Call &c) {
+  bp_plugin_comm &comm = c.comm;
+  const char *name = kCollectiveNames[c.args.collective];
+  if (c.args.collective == BP_BARRIER) return barrier(c);
+  if (c.args.count == 0) {
+    // Nothing to move, but complete only once the comm's earlier requests are.
+    const cl_int finished = clFinish(comm.queue.get());
+    return finished == CL_SUCCESS ? BP_OK : c.cl_failed(finished, "clFinish", name);
+  }
   std::int32_t status = stage_in(c);
   if (status == BP_OK) status = run_collective(c);
   // Wait once for everything enqueued, also after a failure: nothing may
   // touch the caller's buffers once the call returned.
   const cl_int finished = clFinish(comm.queue.get());
   if (status != BP_OK) return status;
-  if (finished != CL_SUCCESS) return c.cl_failed(finished, "clFinish", kCollectiveNames[args->collective]);
+  if (finished != CL_SUCCESS) return c.cl_failed(finished, "clFinish", name);
   if (comm.any_foreign) return stage_out(c);
   return BP_OK;
+}
+
+// An _async call on one platform: the commands enqueued and flushed, and
+// a request holding the last one's event. A call that enqueues nothing
+// (count 0, a rank alone in place) gets a marker, so that its request
+// still completes after the comm's earlier ones.
+std::int32_t run_async(const Call &c, bp_plugin_request **out) {
+  bp_plugin_comm &comm = c.comm;
+  const char *name = kCollectiveNames[c.args.collective];
+  // Before anything is enqueued, so that running out of memory fails the
+  // call before it started.
+  auto request = std::make_unique<bp_plugin_request>();
+  request->collective = name;
+  request->device = comm.lead;
+  std::int32_t status = BP_OK;
+  if (c.args.collective == BP_BARRIER) {
+    status = barrier_async(c);
+  } else if (c.args.count != 0) {
+    // On one platform stage_in only points comm.send/recv at the buffers.
+    status = stage_in(c);
+    if (status == BP_OK) status = run_collective(c);
+  }
+  if (status == BP_OK && *c.last_event == nullptr) {
+    const cl_int marked = clEnqueueMarkerWithWaitList(comm.queue.get(), 0, nullptr, c.record());
+    if (marked != CL_SUCCESS) status = c.cl_failed(marked, "clEnqueueMarkerWithWaitList", name);
+  }
+  // Started: the device may not begin queued commands until a flush.
+  if (status == BP_OK) {
+    const cl_int flushed = clFlush(comm.queue.get());
+    if (flushed != CL_SUCCESS) status = c.cl_failed(flushed, "clFlush", name);
+  }
+  if (status != BP_OK) {
+    // A failed call leaves nothing in flight that touches the buffers.
+    clFinish(comm.queue.get());
+    if (*c.last_event != nullptr) clReleaseEvent(*c.last_event);
+    return status;
+  }
+  request->event = *c.last_event;
+  *out = request.release();
+  return BP_OK;
+}
+
+}  // namespace
+
+// The host has checked the arguments (plugin.h, bp_collective_args): enums
+// in range and declared for every rank's device (so every kernel a call
+// picks exists, create_kernels made sure), rank_count, roots, buffers
+// present, on the rank's device and large enough. Nothing is checked again.
+std::int32_t collective_start(bp_plugin_state &state, bp_plugin_comm &comm, const bp_collective_args *args,
+                              bp_plugin_request **out, bp_error_sink *sink) {
+  if (args == nullptr || out == nullptr) {
+    return fail(state.services, sink, BP_INVALID_ARGUMENT, "opencl collective_start: args or out is NULL");
+  }
+  *out = nullptr;
+  // A 1.0/1.1 host sends no flags and always waits at once (plugin.h).
+  const bool caller_waits =
+      args->struct_size < BP_COLLECTIVE_ARGS_SIZE_V1_2 || (args->flags & BP_COLLECTIVE_CALLER_WAITS) != 0;
+  const std::size_t element = args->collective == BP_BARRIER ? 1 : kDtypeSizes[args->dtype];
+  if (caller_waits || comm.any_foreign) {
+    const Call c{state, sink, comm, *args, comm.ranks.size(), element, args->count * element, nullptr};
+    return run_blocking(c);
+  }
+  cl_event last = nullptr;
+  const Call c{state, sink, comm, *args, comm.ranks.size(), element, args->count * element, &last};
+  return run_async(c, out);
 }
 
 }  // namespace backplane::opencl

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -108,10 +109,11 @@ void add_property(Device &device, const char *key, std::string value) {
   device.property_values.push_back(one_line(std::move(value)));
 }
 
-// Everything about one device but its queue; nullptr (with `skipped` saying
-// why) for a device the kernels cannot run on.
+// Everything about one device but its queue, its rows narrowed from
+// `kind_rows`; nullptr (with `skipped` saying why) for a device the kernels
+// cannot run on.
 std::unique_ptr<Device> describe_device(cl_device_id id, std::size_t platform_index, const Platform &platform,
-                                        std::string *skipped) {
+                                        std::span<const bp_capability> kind_rows, std::string *skipped) {
   auto device = std::make_unique<Device>();
   device->id = id;
   device->platform = platform_index;
@@ -168,7 +170,7 @@ std::unique_ptr<Device> describe_device(cl_device_id id, std::size_t platform_in
                          " device on " + platform.name + " (" + version + ", driver " + driver + ", " +
                          std::to_string(compute_units) + " compute units, " +
                          mebibytes(device->global_memory_bytes) + ")";
-  device->capabilities = device_capabilities(device->features);
+  device->capabilities = device_capabilities(kind_rows, device->features, device->max_allocation_bytes);
   return device;
 }
 
@@ -257,7 +259,8 @@ void discover(bp_plugin_state &state, const Options &options) {
         continue;
       }
       std::string skipped;
-      std::unique_ptr<Device> device = describe_device(device_id, state.platforms.size(), platform, &skipped);
+      std::unique_ptr<Device> device =
+          describe_device(device_id, state.platforms.size(), platform, state.kind_rows, &skipped);
       if (device) {
         devices.push_back(std::move(device));
       } else {
@@ -360,7 +363,7 @@ std::int32_t device_info(bp_plugin_state &state, std::uint32_t kind, std::uint32
   if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, flags)) info->flags = 0;
   if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, memory_bytes)) info->memory_bytes = device.global_memory_bytes;
   if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, capabilities)) {
-    info->capabilities = device.capabilities.empty() ? nullptr : device.capabilities.data();
+    info->capabilities = device.capabilities.data();
   }
   if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, capability_count)) {
     info->capability_count = device.capabilities.size();

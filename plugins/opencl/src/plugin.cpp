@@ -91,27 +91,30 @@ std::int32_t fn_collective_start(bp_plugin_state *state, bp_plugin_comm *comm, c
   });
 }
 
-// collective_start completes every collective (it waits for the device
-// once per call) and returns no request, so the host never has one of ours
-// to pass to these.
+// A request is one of ours (collective_start hands out no other); the host
+// never passes the NULL "already complete" one.
 std::int32_t fn_request_test(bp_plugin_state *state, bp_plugin_request *request, bool *done,
                              bp_error_sink *sink) noexcept {
-  (void)done;
-  if (state == nullptr) return BP_INVALID_ARGUMENT;
-  return plugin_support::no_such_request(state->services, sink, kPluginName, request, "request_test");
+  return plugin_support::guarded(state, sink, kPluginName, "request_test", [&]() -> std::int32_t {
+    if (request == nullptr) {
+      return fail(state->services, sink, BP_INVALID_ARGUMENT, "opencl request_test: request is NULL");
+    }
+    return request_test(*state, *request, done, sink);
+  });
 }
 
 std::int32_t fn_request_wait(bp_plugin_state *state, bp_plugin_request *request, std::int64_t timeout_ns,
                              bp_error_sink *sink) noexcept {
-  (void)timeout_ns;
-  if (state == nullptr) return BP_INVALID_ARGUMENT;
-  return plugin_support::no_such_request(state->services, sink, kPluginName, request, "request_wait");
+  return plugin_support::guarded(state, sink, kPluginName, "request_wait", [&]() -> std::int32_t {
+    if (request == nullptr) {
+      return fail(state->services, sink, BP_INVALID_ARGUMENT, "opencl request_wait: request is NULL");
+    }
+    return request_wait(*state, *request, timeout_ns, sink);
+  });
 }
 
 void fn_request_release(bp_plugin_state *state, bp_plugin_request *request) noexcept {
-  if (state == nullptr || request == nullptr) return;
-  log(state->services, BP_LOG_WARN, "request_release: %p is not a request of the opencl plugin; ignored",
-      static_cast<void *>(request));
+  plugin_support::guarded_void(state, kPluginName, "request_release", [&] { request_release(*state, request); });
 }
 
 std::int32_t fn_kind_info(bp_plugin_state *state, std::uint32_t kind, bp_plugin_kind_info *info,
@@ -150,26 +153,20 @@ const bp_plugin_functions kFunctions = {
     fn_comm_info,
 };
 
-// The descriptor, capability rows and function table are immutable and
-// shared by every state: they hold no per-host data.
-const bp_plugin_descriptor &descriptor() noexcept {
-  static const bp_plugin_descriptor kDescriptor = [] {
-    std::size_t capability_count = 0;
-    const bp_capability *capabilities = kind_capabilities(&capability_count);
-    return bp_plugin_descriptor{sizeof(bp_plugin_descriptor),
-                                nullptr,
-                                BP_PLUGIN_ABI_MAJOR,
-                                BP_PLUGIN_ABI_MINOR,
-                                kPluginName,
-                                kPluginVersion,
-                                kDeviceKinds,
-                                sizeof kDeviceKinds / sizeof kDeviceKinds[0],
-                                capabilities,
-                                capability_count,
-                                &kFunctions};
-  }();
-  return kDescriptor;
-}
+// The descriptor but for its rows, which each state narrows to its host.
+const bp_plugin_descriptor kDescriptor = {
+    sizeof(bp_plugin_descriptor),
+    nullptr,
+    BP_PLUGIN_ABI_MAJOR,
+    BP_PLUGIN_ABI_MINOR,
+    kPluginName,
+    kPluginVersion,
+    kDeviceKinds,
+    sizeof kDeviceKinds / sizeof kDeviceKinds[0],
+    nullptr,
+    0,
+    &kFunctions,
+};
 
 static_assert(sizeof(bp_plugin_functions) >= BP_PLUGIN_FUNCTIONS_SIZE_V1_1);
 static_assert(sizeof(bp_plugin_descriptor) >= BP_PLUGIN_DESCRIPTOR_SIZE_V1_0);
@@ -200,6 +197,11 @@ std::int32_t entry(bp_plugin_entry_args *args, const bp_host_services *services,
   pin_icd_loader(services);
   auto state = std::make_unique<bp_plugin_state>();
   state->services = services;
+  // Before discovery, which derives each device's rows from these.
+  state->kind_rows = kind_capabilities(args->host_abi_minor);
+  state->descriptor = kDescriptor;
+  state->descriptor.capabilities = state->kind_rows.data();
+  state->descriptor.capability_count = state->kind_rows.size();
   {
     // No platform is not a refusal: the kind loads with no device, and
     // kind_info says why.
@@ -208,7 +210,7 @@ std::int32_t entry(bp_plugin_entry_args *args, const bp_host_services *services,
   }
   log(services, BP_LOG_DEBUG, "opencl plugin %s: %zu devices on %zu platforms", kPluginVersion,
       state->devices.size(), state->platforms.size());
-  args->descriptor = &descriptor();
+  args->descriptor = &state->descriptor;
   args->state = state.release();
   return BP_OK;
 }

@@ -1,11 +1,12 @@
-// The opencl plugin's handles (state, buffer, comm) and the functions behind
-// its table. Everything here may throw; plugin.cpp is the ABI boundary that
-// stops it.
+// The opencl plugin's handles (state, buffer, comm, request) and the
+// functions behind its table. Everything here may throw; plugin.cpp is the
+// ABI boundary that stops it.
 #pragma once
 
 #include <CL/cl.h>
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -82,7 +83,8 @@ struct Device {
   // Named facts (device_info's properties), and the pointers handed out.
   std::vector<std::string> property_keys, property_values;
   std::vector<const char *> property_key_pointers, property_value_pointers;
-  // This device's capability rows; empty when it runs all its kind declares.
+  // This device's capability rows: the kind's, narrowed to its features,
+  // with max_bytes = max_allocation_bytes.
   std::vector<bp_capability> capabilities;
   // Buffer writes and reads, and barriers; created with the device.
   QueueHandle queue;
@@ -107,6 +109,10 @@ struct Platform {
 // One per bp_plugin_entry call, so two hosts in one process never share one.
 struct bp_plugin_state {
   const bp_host_services *services = nullptr;
+  // What this state declares, narrowed to the host's ABI minor at entry,
+  // and the descriptor pointing at it; neither changes after entry.
+  std::vector<bp_capability> kind_rows;
+  bp_plugin_descriptor descriptor{};
 
   // The host is thread-safe, so configure, buffer and comm calls may race;
   // this guards the fields below. Collectives never take it.
@@ -139,6 +145,40 @@ struct bp_plugin_buffer {
 };
 
 struct bp_plugin_comm;  // collectives.cpp
+
+namespace backplane::opencl {
+struct CompletionSignal;  // requests.cpp
+}
+
+// A collective in flight (requests.cpp): the cl_event of the last command
+// it enqueued on its comm's in-order queue, which completes after every
+// command before it. It keeps nothing of the call's arguments: the
+// kernels' arguments were captured when they were enqueued.
+struct bp_plugin_request {
+  cl_event event = nullptr;          // owned: released with the request
+  const char *collective = nullptr;  // its name (static), for messages
+  // The comm's lead, for messages; devices live until the state's destroy,
+  // so a request never depends on its comm.
+  const backplane::opencl::Device *device = nullptr;
+  // Completed without error, and synchronised with (clWaitForEvents).
+  std::atomic<bool> complete{false};
+  // Set by the first wait with a timeout: what the event's callback
+  // signals. Guarded by `mutex`.
+  std::mutex mutex;
+  std::shared_ptr<backplane::opencl::CompletionSignal> signal;
+
+  bp_plugin_request() = default;
+  bp_plugin_request(const bp_plugin_request &) = delete;
+  bp_plugin_request &operator=(const bp_plugin_request &) = delete;
+  ~bp_plugin_request();
+};
+
+// Returns the bp_code of `expression` from the enclosing function unless it is BP_OK.
+#define BP_OPENCL_CHECK(expression)                           \
+  do {                                                        \
+    const std::int32_t bp_opencl_status_ = (expression);      \
+    if (bp_opencl_status_ != BP_OK) return bp_opencl_status_; \
+  } while (0)
 
 namespace backplane::opencl {
 
@@ -191,5 +231,11 @@ std::int32_t comm_info(bp_plugin_state &state, bp_plugin_comm &comm, bp_plugin_c
                        bp_error_sink *sink);
 std::int32_t collective_start(bp_plugin_state &state, bp_plugin_comm &comm, const bp_collective_args *args,
                               bp_plugin_request **out, bp_error_sink *sink);
+
+// requests.cpp
+std::int32_t request_test(bp_plugin_state &state, bp_plugin_request &request, bool *done, bp_error_sink *sink);
+std::int32_t request_wait(bp_plugin_state &state, bp_plugin_request &request, std::int64_t timeout_ns,
+                          bp_error_sink *sink);
+void request_release(bp_plugin_state &state, bp_plugin_request *request);
 
 }  // namespace backplane::opencl
