@@ -254,6 +254,7 @@ void BM_DirectPluginCall(benchmark::State &state, const PluginUnderTest &plugin)
   args.rank_count = kRanks;
   args.send = direct.send;
   args.recv = direct.recv;
+  args.flags = BP_COLLECTIVE_CALLER_WAITS;  // what the host sends for a blocking call
   const AllocationCounts before = allocation_counts();
   for (auto _ : state) {
     bp_error_sink sink;  // a fresh sink per call, as the host makes
