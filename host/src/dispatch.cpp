@@ -350,6 +350,14 @@ void complete_without_limit(InFlight &in_flight) {
   (void)outcome;  // kept in in_flight for its event
 }
 
+// Forgets the group's entries that completed; caller holds in_flight_mutex.
+void drop_completed(bp_group &group) {
+  std::erase_if(group.in_flight, [](const std::shared_ptr<InFlight> &entry) {
+    return entry->complete.load(std::memory_order_acquire);
+  });
+  group.tracked.store(group.in_flight.size(), std::memory_order_release);
+}
+
 // Before a plugin that takes one request at a time (minor < 2) is given the
 // next: the group's earlier collectives complete first.
 [[gnu::cold, gnu::noinline]] void wait_for_earlier(bp_group &group) {
@@ -360,22 +368,15 @@ void complete_without_limit(InFlight &in_flight) {
   }
   for (const auto &in_flight : earlier) complete_without_limit(*in_flight);
   std::lock_guard lock(group.in_flight_mutex);
-  std::erase_if(group.in_flight, [](const std::shared_ptr<InFlight> &entry) {
-    return entry->complete.load(std::memory_order_acquire);
-  });
-  group.tracked.store(group.in_flight.size(), std::memory_order_release);
+  drop_completed(group);
 }
 
 // Records a started request in its group's list, dropping the entries that
 // completed. Runs under the group's start claim, so the list is in start order.
-Status track(bp_group &group, const std::shared_ptr<InFlight> &in_flight) {
+void track(bp_group &group, const std::shared_ptr<InFlight> &in_flight) {
   std::lock_guard lock(group.in_flight_mutex);
-  std::erase_if(group.in_flight, [](const std::shared_ptr<InFlight> &entry) {
-    return entry->complete.load(std::memory_order_acquire);
-  });
   group.in_flight.push_back(in_flight);
-  group.tracked.store(group.in_flight.size(), std::memory_order_release);
-  return {};
+  drop_completed(group);
 }
 
 // The hot path of every collective (DESIGN.md's performance targets: tens of
@@ -462,7 +463,7 @@ Expected<bp_event *> start_collective(bp_group *group, const bp_collective_reque
     in_flight->plugin = group->kind->plugin;
     in_flight->request = started;
     event->in_flight = in_flight;
-    if (Status status = track(*group, in_flight); !status) return status.take_error();
+    track(*group, in_flight);
   }
   event->host = group->host;
   retain_host(event->host);

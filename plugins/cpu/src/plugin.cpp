@@ -178,11 +178,8 @@ std::int32_t entry(bp_plugin_entry_args *args, const bp_host_services *services,
   log(services, BP_LOG_DEBUG, "cpu plugin %s: %u logical devices on %s; %u threads; kernels for %s", kPluginVersion,
       static_cast<unsigned>(state->device_count), state->cpu_model.c_str(), static_cast<unsigned>(state->threads),
       kernel_target_name());
-  state->rows = plugin_support::rows_for_host(plugin_support::kEveryCollectiveRows, args->host_abi_minor);
-  state->descriptor = kDescriptor;
-  state->descriptor.capabilities = state->rows.data();
-  state->descriptor.capability_count = state->rows.size();
-  args->descriptor = &state->descriptor;
+  args->descriptor = state->declared.declare(
+      kDescriptor, plugin_support::rows_for_host(plugin_support::kEveryCollectiveRows, args->host_abi_minor));
   args->state = state.release();
   return BP_OK;
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backplane/plugin.h"
+#include "plugin_support/capability_rows.hpp"
 #include "plugin_support/host_link.hpp"
 #include "async_queue.hpp"
 #include "thread_pool.hpp"
@@ -22,9 +23,8 @@
 struct bp_plugin_state {
   const bp_host_services *services = nullptr;
   // What this state declares, narrowed to the host's ABI minor at entry
-  // (plugin_support::rows_for_host), and the descriptor pointing at it.
-  std::vector<bp_capability> rows;
-  bp_plugin_descriptor descriptor{};
+  // (plugin_support::rows_for_host), in the descriptor handed to the host.
+  backplane::plugin_support::DeclaredDescriptor declared;
 
   // The host is thread-safe, so configure, buffer and comm calls may race;
   // this guards the fields below it. Collectives never take it.

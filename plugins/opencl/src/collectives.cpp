@@ -595,7 +595,7 @@ std::int32_t create_kernels(const bp_plugin_state &state, bp_plugin_comm &comm, 
     if (!(dtypes & (1u << d))) continue;
     for (std::uint32_t o = 0; o < BP_REDUCE_OP_COUNT; ++o) {
       bool declared = false;
-      for (const bp_capability &row : state.kind_rows) {
+      for (const bp_capability &row : state.declared.rows) {
         declared = declared || (row.collective == BP_ALL_REDUCE && (row.dtypes & (1u << d)) &&
                                 (row.reduce_ops & (1u << o)));
       }

@@ -260,7 +260,7 @@ void discover(bp_plugin_state &state, const Options &options) {
       }
       std::string skipped;
       std::unique_ptr<Device> device =
-          describe_device(device_id, state.platforms.size(), platform, state.kind_rows, &skipped);
+          describe_device(device_id, state.platforms.size(), platform, state.declared.rows, &skipped);
       if (device) {
         devices.push_back(std::move(device));
       } else {

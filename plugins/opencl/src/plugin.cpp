@@ -198,10 +198,7 @@ std::int32_t entry(bp_plugin_entry_args *args, const bp_host_services *services,
   auto state = std::make_unique<bp_plugin_state>();
   state->services = services;
   // Before discovery, which derives each device's rows from these.
-  state->kind_rows = kind_capabilities(args->host_abi_minor);
-  state->descriptor = kDescriptor;
-  state->descriptor.capabilities = state->kind_rows.data();
-  state->descriptor.capability_count = state->kind_rows.size();
+  const bp_plugin_descriptor *descriptor = state->declared.declare(kDescriptor, kind_capabilities(args->host_abi_minor));
   {
     // No platform is not a refusal: the kind loads with no device, and
     // kind_info says why.
@@ -210,7 +207,7 @@ std::int32_t entry(bp_plugin_entry_args *args, const bp_host_services *services,
   }
   log(services, BP_LOG_DEBUG, "opencl plugin %s: %zu devices on %zu platforms", kPluginVersion,
       state->devices.size(), state->platforms.size());
-  args->descriptor = &state->descriptor;
+  args->descriptor = descriptor;
   args->state = state.release();
   return BP_OK;
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backplane/plugin.h"
+#include "plugin_support/capability_rows.hpp"
 #include "cl_errors.hpp"
 #include "options.hpp"
 #include "plugin_support/host_link.hpp"
@@ -110,9 +111,8 @@ struct Platform {
 struct bp_plugin_state {
   const bp_host_services *services = nullptr;
   // What this state declares, narrowed to the host's ABI minor at entry,
-  // and the descriptor pointing at it; neither changes after entry.
-  std::vector<bp_capability> kind_rows;
-  bp_plugin_descriptor descriptor{};
+  // in the descriptor handed to the host; neither changes after entry.
+  backplane::plugin_support::DeclaredDescriptor declared;
 
   // The host is thread-safe, so configure, buffer and comm calls may race;
   // this guards the fields below. Collectives never take it.

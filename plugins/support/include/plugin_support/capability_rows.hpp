@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "backplane/plugin.h"
@@ -80,5 +81,22 @@ inline constexpr std::array<bp_capability, 12> kEveryCollectiveRows = {
 // cleared, and a row left with no element type dropped (barrier has none
 // to lose).
 std::vector<bp_capability> rows_for_host(std::span<const bp_capability> rows, std::uint32_t host_minor);
+
+// A plugin's descriptor as one state hands it to its host: the shared
+// descriptor, pointing at rows the state narrowed to that host. Lives in
+// the state, so it stays valid until destroy, as plugin.h asks.
+struct DeclaredDescriptor {
+  std::vector<bp_capability> rows;
+  bp_plugin_descriptor descriptor{};
+
+  // Takes `shared` (whose own rows are ignored) and `narrowed` rows.
+  const bp_plugin_descriptor *declare(const bp_plugin_descriptor &shared, std::vector<bp_capability> narrowed) {
+    rows = std::move(narrowed);
+    descriptor = shared;
+    descriptor.capabilities = rows.data();
+    descriptor.capability_count = rows.size();
+    return &descriptor;
+  }
+};
 
 }  // namespace backplane::plugin_support
