@@ -85,6 +85,7 @@ Status create_buffer(bp_device *device, void *memory, size_t bytes, bool wrap, b
       return plugin.functions.buffer_create(plugin.state, kind, device->index, bytes, &buffer->handle, sink);
     });
   }
+  if (status && !buffer->handle) status = plugin_returned_null(plugin, wrap ? "buffer_wrap_host" : "buffer_create");
   if (!status) {
     Error error = status.take_error();
     error.with("devices", nlohmann::json::array({device->describe()})).with("bytes", bytes);

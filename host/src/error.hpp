@@ -11,28 +11,29 @@
 #include <nlohmann/json.hpp>
 
 #include "backplane/backplane.h"
+#include "text.hpp"
 
 namespace backplane {
 
 // A structured error: a stable code, a one-line message naming the thing
 // and the reason, and context fields (operation, dtype, devices, plugin,
-// file, alternatives, hint, ...). Built only on failure paths.
+// file, alternatives, hint, ...). Built only on failure paths. Every
+// string put in is made valid UTF-8 on one line here (text.hpp), so a
+// plugin's message or a file name cannot break what the C API hands out.
 class Error {
  public:
-  Error(bp_code code, std::string message) : code_(code), message_(std::move(message)) {}
+  Error(bp_code code, std::string message) : code_(code), message_(one_line_utf8(message)) {}
 
   bp_code code() const { return code_; }
   const std::string &message() const { return message_; }
   const nlohmann::json &context() const { return context_; }
 
   Error &with(const std::string &key, nlohmann::json value) & {
-    context_[key] = std::move(value);
+    make_one_line_utf8(value);
+    context_[one_line_utf8(key)] = std::move(value);
     return *this;
   }
-  Error &&with(const std::string &key, nlohmann::json value) && {
-    context_[key] = std::move(value);
-    return std::move(*this);
-  }
+  Error &&with(const std::string &key, nlohmann::json value) && { return std::move(with(key, std::move(value))); }
   Error &&hint(std::string text) && { return std::move(*this).with("hint", std::move(text)); }
   // Errors that gather several problems (a fleet that fails to load).
   const std::vector<Error> &problems() const { return problems_; }
@@ -42,7 +43,7 @@ class Error {
   }
   // Prefixes the message with where the error travelled through.
   Error &&prefix(const std::string &where) && {
-    message_ = where + ": " + message_;
+    message_ = one_line_utf8(where) + ": " + message_;
     return std::move(*this);
   }
 

@@ -59,6 +59,7 @@ Status create_group(bp_host *host, bp_device *const *ranks, size_t rank_count, c
       return plugin.functions.comm_create(plugin.state, kind->index_in_plugin, indices.data(), indices.size(),
                                           &group->comm, sink);
     });
+    if (status && !group->comm) status = plugin_returned_null(plugin, "comm_create");
     if (!status) return status;
     if (plugin.functions.comm_info) {
       bp_plugin_comm_info info{};
@@ -70,7 +71,7 @@ Status create_group(bp_host *host, bp_device *const *ranks, size_t rank_count, c
         if (!plugin.failed.load()) plugin.functions.comm_destroy(plugin.state, group->comm);
         return status;
       }
-      if (info.route) group->route = info.route;
+      group->route = read_bounded_string(info.route, kMaxPluginTextBytes).text;
     }
     group->plugin_queues = plugin.descriptor.abi_minor >= 2;
   }

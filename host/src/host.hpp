@@ -19,6 +19,7 @@
 #include "backplane/plugin.h"
 #include "capability_table.hpp"
 #include "error.hpp"
+#include "text.hpp"
 
 // Where a plugin function reports its failure (host_services.report_error).
 // Lives on the stack of the host function making the call.
@@ -69,6 +70,10 @@ template <typename Call>
 Status call_plugin(LoadedPlugin &plugin, const char *function, Call &&call);
 
 Status plugin_failure(LoadedPlugin &plugin, const char *function, bp_error_sink &sink, int32_t code);
+// A function that returned BP_OK without the handle it must hand out.
+Status plugin_returned_null(const LoadedPlugin &plugin, const char *function);
+// The most a host reads of a string a plugin hands over (text.hpp).
+constexpr size_t kMaxPluginTextBytes = 4096;
 Status plugin_threw(LoadedPlugin &plugin, const char *function, const char *what);
 Status plugin_disabled(const LoadedPlugin &plugin, const char *function);
 

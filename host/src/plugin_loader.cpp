@@ -21,6 +21,7 @@
 #include "host.hpp"
 #include "log.hpp"
 #include "names.hpp"
+#include "text.hpp"
 
 namespace backplane {
 namespace fs = std::filesystem;
@@ -141,6 +142,24 @@ Status plugin_init_error(const std::string &file, const std::string &reason) {
 // without limit. Generous: the in-tree plugins use a tenth of each.
 constexpr size_t kMaxCapabilityStride = 1024;  // bytes per row; 1.2's row is 48
 constexpr size_t kMaxCapabilityRows = 4096;
+constexpr size_t kMaxDeviceKinds = 64;
+constexpr uint32_t kMaxDevicesPerKind = 4096;
+constexpr size_t kMaxDeviceProperties = 256;
+constexpr size_t kMaxNameBytes = 64;     // plugin and kind names
+constexpr size_t kMaxTextBytes = kMaxPluginTextBytes;  // versions, descriptions, properties, statuses
+
+// A string of the descriptor or of device information, bounded (a string
+// without a NUL within the bound refuses the plugin instead of being read
+// on) and made valid UTF-8 on one line for listings.
+Status read_plugin_string(const std::string &file, const std::string &what, const char *text, size_t max_bytes,
+                          std::string &out) {
+  BoundedString bounded = read_bounded_string(text, max_bytes);
+  if (bounded.too_long)
+    return plugin_init_error(file, what + " is longer than the " + std::to_string(max_bytes) +
+                                       " bytes a host accepts (or not NUL-terminated)");
+  out = std::move(bounded.text);
+  return {};
+}
 
 // What a host must ignore of rows written for a later minor (plugin.h,
 // "Extending this ABI"): the rows whose collective it does not know, and
@@ -297,7 +316,7 @@ Status open_and_enter(const bp_host &host, const fs::path &file, Candidate &cand
   }
 
   auto plugin = std::make_unique<LoadedPlugin>();
-  plugin->file = path;
+  plugin->file = one_line_utf8(path);  // for listings; `file` itself is what is opened
   try {
     std::lock_guard lock(dynamic_loader_mutex());
     // Immediate binding: an unresolved symbol fails here, with the system
@@ -395,21 +414,33 @@ Status open_and_enter(const bp_host &host, const fs::path &file, Candidate &cand
       !functions.comm_destroy || !functions.collective_start || !functions.request_test ||
       !functions.request_wait || !functions.request_release)
     return plugin_init_error(path, "a required function of the table is NULL");
-  if (!is_identifier(descriptor.name))
-    return plugin_init_error(path, "plugin name is missing or not of [a-z0-9_]");
-  loaded.name = descriptor.name;
-  loaded.version = descriptor.version ? descriptor.version : "";
+  if (Status status = read_plugin_string(path, "the plugin name", descriptor.name, kMaxNameBytes, loaded.name);
+      !status)
+    return status;
+  if (!is_identifier(loaded.name.c_str()))
+    return plugin_init_error(path, "plugin name '" + loaded.name + "' is missing or not of [a-z0-9_]");
+  if (Status status = read_plugin_string(path, "the version", descriptor.version, kMaxTextBytes, loaded.version);
+      !status)
+    return status;
   if (descriptor.device_kind_count > 0 && !descriptor.device_kinds)
     return plugin_init_error(path, "device_kinds is NULL with a count of " +
                                        std::to_string(descriptor.device_kind_count));
+  if (descriptor.device_kind_count > kMaxDeviceKinds)
+    return plugin_init_error(path, "declares " + std::to_string(descriptor.device_kind_count) +
+                                       " device kinds, more than the " + std::to_string(kMaxDeviceKinds) +
+                                       " a host accepts");
   for (size_t k = 0; k < descriptor.device_kind_count; ++k) {
-    const char *kind = descriptor.device_kinds[k];
-    if (!kind || !*kind) return plugin_init_error(path, "device kind " + std::to_string(k) + " has an empty name");
-    if (!is_identifier(kind))
-      return plugin_init_error(path, "device kind '" + std::string(kind) + "' is not of [a-z0-9_]");
+    std::string kind;
+    if (Status status = read_plugin_string(path, "device kind " + std::to_string(k), descriptor.device_kinds[k],
+                                           kMaxNameBytes, kind);
+        !status)
+      return status;
+    if (kind.empty()) return plugin_init_error(path, "device kind " + std::to_string(k) + " has an empty name");
+    if (!is_identifier(kind.c_str()))
+      return plugin_init_error(path, "device kind '" + kind + "' is not of [a-z0-9_]");
     if (std::find(loaded.device_kinds.begin(), loaded.device_kinds.end(), kind) != loaded.device_kinds.end())
       return plugin_init_error(path, "device kind '" + std::string(kind) + "' is declared twice");
-    loaded.device_kinds.emplace_back(kind);
+    loaded.device_kinds.push_back(std::move(kind));
   }
   candidate.kind_capabilities.resize(loaded.device_kinds.size());
   return read_capability_rows(path, "capability rows", descriptor.capabilities, descriptor.capability_count,
@@ -446,6 +477,11 @@ Status check_conflicts(const bp_host &host, const Candidate &candidate) {
 // properties, which it owns and may free at destroy.
 Status read_device_properties(const LoadedPlugin &plugin, const bp_plugin_device_info &info, bp_device &device) {
   if (info.property_count == 0) return {};
+  if (info.property_count > kMaxDeviceProperties) {
+    return plugin_init_error(plugin.file, "device '" + device.name + "' has " + std::to_string(info.property_count) +
+                                              " properties, more than the " + std::to_string(kMaxDeviceProperties) +
+                                              " a host accepts");
+  }
   if (!info.property_keys || !info.property_values) {
     return plugin_init_error(plugin.file, "device '" + device.name + "' has " + std::to_string(info.property_count) +
                                               " properties but a NULL key or value array");
@@ -455,8 +491,17 @@ Status read_device_properties(const LoadedPlugin &plugin, const bp_plugin_device
       return plugin_init_error(plugin.file, "device '" + device.name + "' property " + std::to_string(i) +
                                                 " has a NULL key or value");
     }
-    device.property_keys.emplace_back(info.property_keys[i]);
-    device.property_values.emplace_back(info.property_values[i]);
+    const std::string what = "device '" + device.name + "' property " + std::to_string(i);
+    std::string key, value;
+    if (Status status = read_plugin_string(plugin.file, what + "'s key", info.property_keys[i], kMaxTextBytes, key);
+        !status)
+      return status;
+    if (Status status =
+            read_plugin_string(plugin.file, what + "'s value", info.property_values[i], kMaxTextBytes, value);
+        !status)
+      return status;
+    device.property_keys.push_back(std::move(key));
+    device.property_values.push_back(std::move(value));
   }
   for (size_t i = 0; i < device.property_keys.size(); ++i) {
     device.property_key_pointers.push_back(device.property_keys[i].c_str());
@@ -476,8 +521,8 @@ Status read_kind_status(LoadedPlugin &plugin, uint32_t kind, std::string &status
       });
       !status)
     return status;
-  if (info.status) status_out = info.status;
-  return {};
+  return read_plugin_string(plugin.file, "the status of device kind '" + plugin.device_kinds[kind] + "'", info.status,
+                            kMaxTextBytes, status_out);
 }
 
 Status enumerate_devices(const bp_host &host, Candidate &candidate) {
@@ -504,6 +549,14 @@ Status enumerate_devices(const bp_host &host, Candidate &candidate) {
         });
         !status)
       return status;
+    if (count > kMaxDevicesPerKind) {
+      return Error(BP_PLUGIN_INIT, "plugin '" + plugin.name + "' reports " + std::to_string(count) + " '" + kind +
+                                       "' devices, more than the " + std::to_string(kMaxDevicesPerKind) +
+                                       " a host accepts per kind")
+          .with("device_kind", kind)
+          .with("device_count", count)
+          .hint("report the bug to the plugin's authors");
+    }
     plugin.kind_statuses.emplace_back();
     if (Status status = read_kind_status(plugin, k, plugin.kind_statuses.back()); !status) return status;
     if (count == 0) {
@@ -523,8 +576,15 @@ Status enumerate_devices(const bp_host &host, Candidate &candidate) {
       device->host = const_cast<bp_host *>(&host);
       device->index = index;
       device->name = kind + ":" + std::to_string(index);
-      device->plugin_device_name = info.name ? info.name : device->name;
-      device->description = info.description ? info.description : "";
+      if (Status status = read_plugin_string(plugin.file, "device '" + device->name + "''s name", info.name,
+                                             kMaxTextBytes, device->plugin_device_name);
+          !status)
+        return status;
+      if (device->plugin_device_name.empty()) device->plugin_device_name = device->name;
+      if (Status status = read_plugin_string(plugin.file, "device '" + device->name + "''s description",
+                                             info.description, kMaxTextBytes, device->description);
+          !status)
+        return status;
       device->flags = info.flags;
       device->memory_bytes = info.memory_bytes;
       if (Status status = read_device_properties(plugin, info, *device); !status) return status;
@@ -666,14 +726,56 @@ LoadedPlugin::~LoadedPlugin() {
   if (library_fd >= 0) ::close(library_fd);
 }
 
+namespace {
+
+// The codes a plugin's function may hand on to the application as they
+// are. The others say something untrue about the caller's request: codes
+// outside bp_code, load-time codes (the plugin loaded long ago) and
+// INTERNAL (which means a bug in Backplane, not in a plugin).
+bool plugin_may_return(int32_t code) {
+  switch (code) {
+    case BP_INVALID_ARGUMENT:
+    case BP_UNSUPPORTED_DEVICE:
+    case BP_UNSUPPORTED_COLLECTIVE:
+    case BP_UNSUPPORTED_DTYPE:
+    case BP_UNSUPPORTED_REDUCE_OP:
+    case BP_CONFIG:
+    case BP_DEVICE_FAILURE:
+    case BP_OUT_OF_MEMORY:
+    case BP_TIMEOUT:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
 Status plugin_failure(LoadedPlugin &plugin, const char *function, bp_error_sink &sink, int32_t code) {
-  const bool known = code > BP_OK && code < BP_CODE_COUNT;
   std::string reason = sink.message.empty() ? "no reason given" : sink.message;
-  if (!known) reason += " (unknown code " + std::to_string(code) + ")";
-  return Error(known ? static_cast<bp_code>(code) : BP_INTERNAL,
-               "plugin '" + plugin.name + "' " + function + " failed: " + reason)
+  if (plugin_may_return(code)) {
+    return Error(static_cast<bp_code>(code), "plugin '" + plugin.name + "' " + function + " failed: " + reason)
+        .with("plugin", {{"name", plugin.name}, {"version", plugin.version}})
+        .with("function", function);
+  }
+  const bool known = code > BP_OK && code < BP_CODE_COUNT;
+  const std::string returned =
+      known ? std::string(code_name(static_cast<bp_code>(code))) + " (" + std::to_string(code) + ")"
+            : std::to_string(code);
+  return Error(BP_DEVICE_FAILURE, "plugin '" + plugin.name + "' " + function + " failed with code " + returned +
+                                      ", which a plugin function may not return: " + reason)
       .with("plugin", {{"name", plugin.name}, {"version", plugin.version}})
-      .with("function", function);
+      .with("function", function)
+      .with("plugin_code", code)
+      .hint("report the bug to the plugin's authors");
+}
+
+Status plugin_returned_null(const LoadedPlugin &plugin, const char *function) {
+  return Error(BP_DEVICE_FAILURE, "plugin '" + plugin.name + "' " + function +
+                                      " returned BP_OK without a handle (NULL)")
+      .with("plugin", {{"name", plugin.name}, {"version", plugin.version}})
+      .with("function", function)
+      .hint("report the bug to the plugin's authors");
 }
 
 Status plugin_threw(LoadedPlugin &plugin, const char *function, const char *what) {

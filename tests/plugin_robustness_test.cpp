@@ -1,0 +1,272 @@
+// Plugins that load but hand the host what it must not pass on as it is
+// (issue 11): text that is not UTF-8 or not one line, counts and strings
+// past the host's bounds, NULL handles returned with BP_OK, and codes no
+// runtime call may return. Each gets its exact code, the good plugins
+// beside it keep working, and the caller's data is untouched.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "backplane/backplane.hpp"
+#include "fixtures/fixture_checks.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace backplane;
+using namespace backplane::testing;
+using namespace backplane::fixtures;
+
+// Valid UTF-8 (nlohmann refuses to write anything else) with no control
+// character: what backplane.h promises of every string it hands out.
+::testing::AssertionResult one_line_utf8(const std::string &text) {
+  try {
+    (void)nlohmann::json(text).dump();
+  } catch (const nlohmann::json::exception &) {
+    return ::testing::AssertionFailure() << "not UTF-8: " << nlohmann::json(text).dump(-1, ' ', true,
+                                                                nlohmann::json::error_handler_t::replace);
+  }
+  for (unsigned char c : text) {
+    if (c < 0x20 || c == 0x7F) return ::testing::AssertionFailure() << "control character " << int(c) << " in '" << text << "'";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Every text an error hands out: message, JSON (which must parse) and fields.
+void expect_clean_error(const bp_error *error) {
+  ASSERT_NE(error, nullptr);
+  EXPECT_TRUE(one_line_utf8(bp_error_message(error)));
+  EXPECT_TRUE(one_line_utf8(bp_error_json(error)));
+  nlohmann::json json = nlohmann::json::parse(bp_error_json(error), nullptr, false);
+  ASSERT_TRUE(json.is_object()) << bp_error_json(error);
+  for (const auto &[key, value] : json.items()) {
+    if (const char *field = bp_error_field(error, key.c_str())) {
+      EXPECT_TRUE(one_line_utf8(field)) << key;
+    }
+  }
+}
+
+// A directory with the good mock fixture and `variants` beside it.
+struct PluginDir {
+  TempDir dir;
+  explicit PluginDir(const std::vector<std::string> &variants) {
+    dir.copy_in(fixture_path("good"));
+    for (const std::string &variant : variants) dir.copy_in(fixture_path(variant));
+  }
+  Host host() { return make_host({dir.path().string()}); }
+};
+
+std::vector<Device> devices_of(Host &host, const std::string &kind, size_t n) {
+  std::vector<Device> devices;
+  EXPECT_TRUE(find_devices(host, kind, n, devices));
+  return devices;
+}
+
+// Two ranks of `kind` with one host-wrapped send and recv buffer each.
+struct TwoRanks {
+  std::vector<std::vector<float>> send_data{{1, 2, 3}, {4, 5, 6}}, recv_data{{-1, -1, -1}, {-1, -1, -1}};
+  std::vector<Buffer> buffers;
+  std::vector<bp_buffer *> send, recv;
+  TwoRanks(const std::vector<Device> &devices) {
+    for (size_t r = 0; r < 2; ++r) {
+      Result<Buffer> s = Buffer::wrap_host(devices[r], send_data[r].data(), 3 * sizeof(float));
+      Result<Buffer> d = Buffer::wrap_host(devices[r], recv_data[r].data(), 3 * sizeof(float));
+      EXPECT_TRUE(s && d);
+      if (!s || !d) return;
+      send.push_back(s->get());
+      recv.push_back(d->get());
+      buffers.push_back(std::move(s).value());
+      buffers.push_back(std::move(d).value());
+    }
+  }
+};
+
+TEST(PluginRobustness, TextThatIsNotUtf8OrOneLineIsCleanedInEveryListing) {
+  PluginDir dir({"bad_text"});
+  Host host = dir.host();
+  ASSERT_EQ(plugin_names(host), (std::set<std::string>{"bad_text", "mock"})) << describe_refused(host);
+  for (const PluginInfo &plugin : host.plugins()) {
+    EXPECT_TRUE(one_line_utf8(plugin.version)) << plugin.name;
+    EXPECT_TRUE(one_line_utf8(plugin.file)) << plugin.name;
+    if (plugin.name == "bad_text") {
+      EXPECT_EQ(plugin.version, "0.1.0-\xEF\xBF\xBD\xEF\xBF\xBD next line");
+    }
+  }
+  for (const Device &device : host.devices()) {
+    Result<DeviceInfo> info = device.info();
+    ASSERT_TRUE(info);
+    EXPECT_TRUE(one_line_utf8(info->description)) << info->name;
+    for (const auto &[key, value] : info->properties) EXPECT_TRUE(one_line_utf8(key) && one_line_utf8(value));
+  }
+  Result<DeviceInfo> info = devices_of(host, "bad_text", 1)[0].info();
+  ASSERT_TRUE(info);
+  // "\xc3\x28" is a lead byte without its continuation; "\xed\xa0\x80" a surrogate.
+  EXPECT_EQ(info->description, "bad \xEF\xBF\xBD( bytes  and a second line \xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
+  EXPECT_TRUE(all_reduce_works(host, "mock", kMockDevices));
+}
+
+TEST(PluginRobustness, ErrorsOnAPluginWithBadTextKeepTheirCodes) {
+  PluginDir dir({"bad_text"});
+  Host host = dir.host();
+  std::vector<Device> devices = devices_of(host, "bad_text", 2);
+  ASSERT_EQ(devices.size(), 2u);
+  Result<Group> group = host.create_group(devices);
+  ASSERT_TRUE(group) << group.error().json();
+  TwoRanks ranks(devices);
+  ASSERT_EQ(ranks.send.size(), 2u);
+
+  // The plugin fails with a message of bad bytes and line breaks.
+  Status failed = group->broadcast(ranks.send, ranks.recv, 3, BP_F32, 0);
+  ASSERT_FALSE(failed);
+  EXPECT_EQ(failed.error().code(), BP_DEVICE_FAILURE) << failed.error().json();
+  expect_clean_error(failed.error().get());
+  EXPECT_NE(std::string(failed.error().message()).find("and a second line"), std::string::npos);
+  // The host's own refusal names the plugin, version included.
+  Status refused = group->all_reduce(ranks.send, ranks.recv, 3, BP_F32, BP_PROD);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), BP_UNSUPPORTED_REDUCE_OP) << refused.error().json();
+  expect_clean_error(refused.error().get());
+  // And the plugin still computes.
+  ASSERT_TRUE(group->all_reduce(ranks.send, ranks.recv, 3, BP_F32, BP_SUM));
+  EXPECT_EQ(ranks.recv_data[1], (std::vector<float>{5, 7, 9}));
+}
+
+TEST(PluginRobustness, ARefusedPluginWithBadTextKeepsTheHostAndItsReason) {
+  PluginDir dir({"bad_text"});
+  // A second copy claims the same name: refused, and the refusal carries
+  // the version, which is not UTF-8.
+  dir.dir.copy_in(fixture_path("bad_text"), "libbackplane_bad_text_copy.so");
+  Host host = dir.host();
+  ASSERT_EQ(host.refused().size(), 1u) << describe_refused(host);
+  EXPECT_EQ(bp_error_code(host.refused()[0]), BP_PLUGIN_CONFLICT) << json_of(host.refused()[0]);
+  expect_clean_error(host.refused()[0]);
+  EXPECT_EQ(plugin_names(host), (std::set<std::string>{"bad_text", "mock"}));
+  EXPECT_TRUE(all_reduce_works(host, "mock", kMockDevices));
+}
+
+TEST(PluginRobustness, ADirectoryPathThatIsNotUtf8IsCleanedInTheRefusal) {
+  TempDir parent;
+  const fs::path odd = parent.path() / "plugins-\xff\xfe";
+  fs::create_directory(odd);
+  fs::permissions(odd, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                           fs::perms::others_read | fs::perms::others_exec);
+  fs::copy_file(fixture_path("garbage"), odd / "libbackplane_garbage.so");
+  fs::copy_file(fixture_path("good"), odd / "libbackplane_good.so");
+  Host host = make_host({odd.string()});
+  ASSERT_EQ(host.refused().size(), 1u) << describe_refused(host);
+  EXPECT_EQ(bp_error_code(host.refused()[0]), BP_PLUGIN_LOAD);
+  expect_clean_error(host.refused()[0]);
+  EXPECT_NE(std::string(bp_error_message(host.refused()[0])).find("plugins-\xEF\xBF\xBD\xEF\xBF\xBD"),
+            std::string::npos)
+      << bp_error_message(host.refused()[0]);
+  ASSERT_EQ(plugin_names(host), (std::set<std::string>{"mock"}));
+  EXPECT_TRUE(one_line_utf8(host.plugins()[0].file));
+  EXPECT_TRUE(all_reduce_works(host, "mock", kMockDevices));
+}
+
+TEST(PluginRobustness, AVersionPastTheBoundIsRefused) {
+  PluginDir dir({"long_version"});
+  Host host = dir.host();
+  ASSERT_EQ(host.refused().size(), 1u) << describe_refused(host);
+  EXPECT_EQ(bp_error_code(host.refused()[0]), BP_PLUGIN_INIT);
+  EXPECT_NE(std::string(bp_error_message(host.refused()[0])).find("the version is longer than the 4096 bytes"),
+            std::string::npos)
+      << bp_error_message(host.refused()[0]);
+  EXPECT_EQ(plugin_names(host), (std::set<std::string>{"mock"}));
+}
+
+TEST(PluginRobustness, UINT32_MAXDevicesIsRefusedWithoutAllocating) {
+  PluginDir dir({"huge_device_count"});
+  Host host = dir.host();
+  ASSERT_EQ(host.refused().size(), 1u) << describe_refused(host);
+  const bp_error *refusal = host.refused()[0];
+  EXPECT_EQ(bp_error_code(refusal), BP_PLUGIN_INIT) << json_of(refusal);
+  EXPECT_NE(std::string(bp_error_message(refusal)).find("reports 4294967295 'huge_device_count' devices"),
+            std::string::npos)
+      << bp_error_message(refusal);
+  EXPECT_EQ(text_field(refusal, "device_count"), "4294967295");
+  EXPECT_EQ(plugin_names(host), (std::set<std::string>{"mock"}));
+  EXPECT_TRUE(all_reduce_works(host, "mock", kMockDevices));
+}
+
+TEST(PluginRobustness, ANullHandleReturnedWithOkIsADeviceFailure) {
+  PluginDir dir({"null_handles"});
+  Host host = dir.host();
+  std::vector<Device> devices = devices_of(host, "null_handles", 2);
+  ASSERT_EQ(devices.size(), 2u);
+
+  Result<Buffer> created = Buffer::create(devices[0], 64);
+  ASSERT_FALSE(created);
+  EXPECT_EQ(created.error().code(), BP_DEVICE_FAILURE) << created.error().json();
+  EXPECT_NE(std::string(created.error().message()).find("'null_handles' buffer_create returned BP_OK without a handle"),
+            std::string::npos)
+      << created.error().message();
+  EXPECT_EQ(text_field(created.error().get(), "function"), "buffer_create");
+
+  std::vector<float> memory(16, 3.0f);
+  Result<Buffer> wrapped = Buffer::wrap_host(devices[0], memory.data(), memory.size() * sizeof(float));
+  ASSERT_FALSE(wrapped);
+  EXPECT_EQ(wrapped.error().code(), BP_DEVICE_FAILURE) << wrapped.error().json();
+  EXPECT_EQ(text_field(wrapped.error().get(), "function"), "buffer_wrap_host");
+  EXPECT_EQ(memory, std::vector<float>(16, 3.0f));
+
+  Result<Group> group = host.create_group(devices);
+  ASSERT_FALSE(group);
+  EXPECT_EQ(group.error().code(), BP_DEVICE_FAILURE) << group.error().json();
+  EXPECT_EQ(text_field(group.error().get(), "function"), "comm_create");
+  EXPECT_TRUE(all_reduce_works(host, "mock", kMockDevices));
+}
+
+TEST(PluginRobustness, CodesAPluginMayNotReturnBecomeDeviceFailureNamingTheValue) {
+  PluginDir dir({"odd_codes"});
+  Host host = dir.host();
+  std::vector<Device> devices = devices_of(host, "odd_codes", 2);
+  ASSERT_EQ(devices.size(), 2u);
+  Result<Group> group = host.create_group(devices);
+  ASSERT_TRUE(group) << group.error().json();
+  TwoRanks ranks(devices);
+  ASSERT_EQ(ranks.send.size(), 2u);
+  const auto before = ranks.recv_data;
+
+  struct Case {
+    const char *what;
+    Status status;
+    const char *named;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"outside bp_code", group->all_reduce(ranks.send, ranks.recv, 3, BP_F32, BP_SUM), "with code 99,"});
+  cases.push_back({"load-time code", group->broadcast(ranks.send, ranks.recv, 3, BP_F32, 0),
+                   "with code PLUGIN_LOAD (9),"});
+  cases.push_back({"INTERNAL", group->all_reduce(ranks.send, ranks.recv, 3, BP_F32, BP_MAX),
+                   "with code INTERNAL (17),"});
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.what);
+    ASSERT_FALSE(c.status);
+    EXPECT_EQ(c.status.error().code(), BP_DEVICE_FAILURE) << c.status.error().json();
+    EXPECT_NE(std::string(c.status.error().message()).find(c.named), std::string::npos) << c.status.error().message();
+    EXPECT_NE(std::string(c.status.error().message()).find("odd code"), std::string::npos);
+  }
+  EXPECT_EQ(ranks.recv_data, before);
+  // The plugin keeps working: i32 all-reduce runs.
+  std::vector<std::vector<int32_t>> ints{{1, 2, 3}, {4, 5, 6}}, sums(2, std::vector<int32_t>(3, -1));
+  std::vector<Buffer> int_buffers;
+  std::vector<bp_buffer *> int_send, int_recv;
+  for (size_t r = 0; r < 2; ++r) {
+    Result<Buffer> s = Buffer::wrap_host(devices[r], ints[r].data(), 3 * sizeof(int32_t));
+    Result<Buffer> d = Buffer::wrap_host(devices[r], sums[r].data(), 3 * sizeof(int32_t));
+    ASSERT_TRUE(s && d);
+    int_send.push_back(s->get());
+    int_recv.push_back(d->get());
+    int_buffers.push_back(std::move(s).value());
+    int_buffers.push_back(std::move(d).value());
+  }
+  ASSERT_TRUE(group->all_reduce(int_send, int_recv, 3, BP_I32, BP_SUM));
+  EXPECT_EQ(sums[1], (std::vector<int32_t>{5, 7, 9}));
+  EXPECT_TRUE(all_reduce_works(host, "mock", kMockDevices));
+}
+
+}  // namespace
