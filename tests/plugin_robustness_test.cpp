@@ -5,7 +5,11 @@
 // beside it keep working, and the caller's data is untouched.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -267,6 +271,92 @@ TEST(PluginRobustness, CodesAPluginMayNotReturnBecomeDeviceFailureNamingTheValue
   ASSERT_TRUE(group->all_reduce(int_send, int_recv, 3, BP_I32, BP_SUM));
   EXPECT_EQ(sums[1], (std::vector<int32_t>{5, 7, 9}));
   EXPECT_TRUE(all_reduce_works(host, "mock", kMockDevices));
+}
+
+// ---- pins -------------------------------------------------------------------
+
+std::string sha256_of(const fs::path &file) {
+  TempDir out;
+  const std::string command = "sha256sum '" + file.string() + "' > '" + (out.path() / "sum").string() + "'";
+  if (std::system(command.c_str()) != 0) return "";
+  std::ifstream in(out.path() / "sum");
+  std::string digest;
+  in >> digest;
+  return digest;
+}
+
+Result<Host> host_with_pins(const TempDir &dir, const std::string &pins) {
+  HostOptions options;
+  options.plugin_dirs = {dir.path().string()};
+  options.flags = BP_HOST_IGNORE_ENV_PATH | BP_HOST_IGNORE_INSTALL_PATH;
+  options.plugin_pins_json = pins;
+  return Host::create(options);
+}
+
+TEST(PluginPins, EveryLoadedPluginListsTheSha256OfItsFile) {
+  PluginDir dir({});
+  Host host = dir.host();
+  ASSERT_EQ(host.plugins().size(), 1u);
+  EXPECT_EQ(host.plugins()[0].sha256, sha256_of(fixture_path("good")));
+  EXPECT_EQ(host.plugins()[0].sha256.size(), 64u);
+}
+
+TEST(PluginPins, AMatchingPinLoadsInEitherCase) {
+  PluginDir dir({"narrow"});
+  std::string digest = sha256_of(fixture_path("good"));
+  std::transform(digest.begin(), digest.end(), digest.begin(), [](unsigned char c) { return std::toupper(c); });
+  Result<Host> host = host_with_pins(dir.dir, R"({"libbackplane_good.so": ")" + digest + "\"}");
+  ASSERT_TRUE(host) << host.error().json();
+  EXPECT_EQ(plugin_names(*host), (std::set<std::string>{"mock", "narrow"})) << describe_refused(*host);
+  EXPECT_TRUE(all_reduce_works(*host, "mock", kMockDevices));
+}
+
+TEST(PluginPins, AFileWhoseContentDiffersFromItsPinIsRefusedNamingBothHashes) {
+  PluginDir dir({"narrow"});
+  const std::string wrong(64, 'a');
+  Result<Host> host = host_with_pins(dir.dir, R"({"libbackplane_narrow.so": ")" + wrong + "\"}");
+  ASSERT_TRUE(host) << host.error().json();
+  ASSERT_EQ(host->refused().size(), 1u) << describe_refused(*host);
+  const bp_error *refusal = host->refused()[0];
+  EXPECT_EQ(bp_error_code(refusal), BP_PLUGIN_LOAD) << json_of(refusal);
+  const std::string actual = sha256_of(fixture_path("narrow"));
+  EXPECT_EQ(text_field(refusal, "sha256"), actual);
+  EXPECT_EQ(text_field(refusal, "pinned_sha256"), wrong);
+  const std::string message = bp_error_message(refusal);
+  EXPECT_NE(message.find(actual), std::string::npos) << message;
+  EXPECT_NE(message.find(wrong), std::string::npos) << message;
+  EXPECT_EQ(plugin_names(*host), (std::set<std::string>{"mock"}));
+  EXPECT_TRUE(all_reduce_works(*host, "mock", kMockDevices));
+}
+
+TEST(PluginPins, ACorruptPinnedCopyIsRefusedBeforeItsCodeRuns) {
+  // The crashing cut of a real plugin never reaches the system loader.
+  TempDir dir;
+  dir.copy_in(fixture_path("good"));
+  std::ifstream in(fixture_path("throws"), std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  dir.write_file("libbackplane_throws.so", bytes.substr(0, bytes.size() / 2));
+  const std::string pin = sha256_of(fixture_path("throws"));
+  Result<Host> host = host_with_pins(dir, R"({"libbackplane_throws.so": ")" + pin + "\"}");
+  ASSERT_TRUE(host) << host.error().json();
+  ASSERT_EQ(host->refused().size(), 1u) << describe_refused(*host);
+  EXPECT_EQ(bp_error_code(host->refused()[0]), BP_PLUGIN_LOAD);
+  EXPECT_EQ(text_field(host->refused()[0], "pinned_sha256"), pin);
+}
+
+TEST(PluginPins, MalformedPinsAreAConfigError) {
+  PluginDir dir({});
+  for (const std::string &pins :
+       {std::string("[1]"), std::string("{"), std::string(R"({"libbackplane_good.so": 7})"),
+        std::string(R"({"libbackplane_good.so": "abc"})"), std::string(R"({"libbackplane_good.so": ")") +
+                                                               std::string(63, 'a') + "g\"}",
+        std::string(R"({"good.so": ")") + std::string(64, 'a') + "\"}"}) {
+    SCOPED_TRACE(pins);
+    Result<Host> host = host_with_pins(dir.dir, pins);
+    ASSERT_FALSE(host);
+    EXPECT_EQ(host.error().code(), BP_CONFIG) << host.error().json();
+    EXPECT_EQ(text_field(host.error().get(), "pointer"), "/plugin_pins_json");
+  }
 }
 
 }  // namespace

@@ -10,6 +10,8 @@ packages=(
   libboost-dev nlohmann-json3-dev libcli11-dev
   # fleet files: a real JSON Schema validator (header-only, nlohmann adapter)
   libvalijson-dev
+  # plugin pins: SHA-256 of plugin files from OpenSSL's libcrypto
+  libssl-dev
   # SIMD for the CPU plugin's reductions
   libhwy-dev
   # the OpenCL plugin: the Khronos ICD loader and headers; PoCL is the

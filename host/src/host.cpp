@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "extensions.hpp"
+#include "file_digest.hpp"
 #include "host.hpp"
 #include "log.hpp"
 #include "names.hpp"
@@ -71,6 +72,11 @@ Expected<bp_host *> create_host(const bp_host_options *given) {
       }
     }
     host->plugin_options = std::move(parsed);
+  }
+  if (options.plugin_pins_json) {
+    Expected<PluginPins> pins = parse_plugin_pins(options.plugin_pins_json);
+    if (!pins) return pins.take_error().with("pointer", "/plugin_pins_json");
+    host->plugin_pins = std::move(*pins);
   }
   load_search_path(*host, options);
   return host.release();

@@ -43,6 +43,7 @@ struct LoadedPlugin {
   bp_plugin_functions functions{};
   bp_plugin_state *state = nullptr;
   std::string name, version;
+  std::string sha256;  // of the file's bytes, hex
   std::vector<std::string> device_kinds;
   std::vector<const char *> device_kind_pointers;  // for bp_plugin_info
   // Per kind, what the plugin's kind_info said (ABI 1.1), copied at load;
@@ -70,6 +71,8 @@ template <typename Call>
 Status call_plugin(LoadedPlugin &plugin, const char *function, Call &&call);
 
 Status plugin_failure(LoadedPlugin &plugin, const char *function, bp_error_sink &sink, int32_t code);
+// libbackplane_<[a-z0-9_]+>.so: the only file names the loader looks at.
+bool is_plugin_file_name(const std::string &name);
 // A function that returned BP_OK without the handle it must hand out.
 Status plugin_returned_null(const LoadedPlugin &plugin, const char *function);
 // The most a host reads of a string a plugin hands over (text.hpp).
@@ -208,6 +211,8 @@ struct bp_host {
   std::vector<std::unique_ptr<bp_device>> devices;
   std::vector<bp_capability_info> capability_listing;
   nlohmann::json plugin_options = nlohmann::json::object();
+  // Plugin file name -> SHA-256 hex its content must have (bp_host_options).
+  std::map<std::string, std::string, std::less<>> plugin_pins;
   std::vector<std::filesystem::path> loaded_files;  // canonical, to skip repeats
   // From fleets: device names (a name with a count stands for several),
   // groups the host owns, and the workload.

@@ -18,6 +18,7 @@
 #include <boost/dll/runtime_symbol_info.hpp>
 
 #include "extensions.hpp"
+#include "file_digest.hpp"
 #include "host.hpp"
 #include "log.hpp"
 #include "names.hpp"
@@ -48,16 +49,6 @@ void plugin_log(void *, int32_t level, const char *category, const char *message
 
 std::string abi_text(uint32_t major, uint32_t minor) {
   return std::to_string(major) + "." + std::to_string(minor);
-}
-
-bool is_plugin_file_name(const std::string &name) {
-  static constexpr std::string_view prefix = "libbackplane_", suffix = ".so";
-  if (name.size() <= prefix.size() + suffix.size() || !name.starts_with(prefix) || !name.ends_with(suffix))
-    return false;
-  std::string_view stem(name.data() + prefix.size(), name.size() - prefix.size() - suffix.size());
-  return std::all_of(stem.begin(), stem.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
-  });
 }
 
 bool is_identifier(const char *text) {
@@ -271,6 +262,7 @@ class OpenedPluginFile {
     }
     return check_trusted(status, file, "plugin file");
   }
+  int fd() const { return fd_; }
   // The path the system loader opens: the very file checked above.
   std::string loader_path() const { return "/proc/self/fd/" + std::to_string(fd_); }
   // The descriptor goes with the library once mapped: the system loader
@@ -299,6 +291,18 @@ void keep_mapped(boost::dll::shared_library &&library) {
   kept->push_back(std::move(library));
 }
 
+// A pinned file name must have the pinned content, wherever it is found.
+Status check_pin(const bp_host &host, const fs::path &file, const std::string &sha256) {
+  const std::string name = file.filename().string();
+  const auto pin = host.plugin_pins.find(name);
+  if (pin == host.plugin_pins.end() || pin->second == sha256) return {};
+  return Error(BP_PLUGIN_LOAD, "refusing plugin '" + file.string() + "': its SHA-256 is " + sha256 +
+                                   " but " + name + " is pinned to " + pin->second)
+      .with("sha256", sha256)
+      .with("pinned_sha256", pin->second)
+      .hint("install the pinned build of " + name + ", or update its pin (sha256sum '" + file.string() + "')");
+}
+
 Status open_and_enter(const bp_host &host, const fs::path &file, Candidate &candidate) {
   const std::string path = file.string();
   OpenedPluginFile opened;
@@ -315,8 +319,15 @@ Status open_and_enter(const bp_host &host, const fs::path &file, Candidate &cand
       return status;
   }
 
+  // The content is hashed from the descriptor the system loader maps, so
+  // a pin checks the very bytes that would run.
+  Expected<std::string> sha256 = sha256_of_file(opened.fd(), path);
+  if (!sha256) return sha256.take_error();
+  if (Status status = check_pin(host, file, *sha256); !status) return status;
+
   auto plugin = std::make_unique<LoadedPlugin>();
   plugin->file = one_line_utf8(path);  // for listings; `file` itself is what is opened
+  plugin->sha256 = std::move(*sha256);
   try {
     std::lock_guard lock(dynamic_loader_mutex());
     // Immediate binding: an unresolved symbol fails here, with the system
@@ -768,6 +779,16 @@ Status plugin_failure(LoadedPlugin &plugin, const char *function, bp_error_sink 
       .with("function", function)
       .with("plugin_code", code)
       .hint("report the bug to the plugin's authors");
+}
+
+bool is_plugin_file_name(const std::string &name) {
+  static constexpr std::string_view prefix = "libbackplane_", suffix = ".so";
+  if (name.size() <= prefix.size() + suffix.size() || !name.starts_with(prefix) || !name.ends_with(suffix))
+    return false;
+  std::string_view stem(name.data() + prefix.size(), name.size() - prefix.size() - suffix.size());
+  return std::all_of(stem.begin(), stem.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+  });
 }
 
 Status plugin_returned_null(const LoadedPlugin &plugin, const char *function) {

@@ -123,15 +123,17 @@
   FIELD(bp_extension_header, type, 16)                    \
   /* ---- backplane.h ---- */                             \
   SIZE_V1_0(BP_HOST_OPTIONS_SIZE_V1_0, 48)                \
-  SIZEOF(bp_host_options, 48)                             \
+  SIZEOF(bp_host_options, 56)                             \
   FIELD(bp_host_options, struct_size, 0)                  \
   FIELD(bp_host_options, next, 8)                         \
   FIELD(bp_host_options, plugin_dirs, 16)                 \
   FIELD(bp_host_options, plugin_dir_count, 24)            \
   FIELD(bp_host_options, flags, 32)                       \
   FIELD(bp_host_options, plugin_options_json, 40)         \
+  SIZE_V1_0(BP_HOST_OPTIONS_SIZE_V1_2, 56)                \
+  FIELD(bp_host_options, plugin_pins_json, 48)            \
   SIZE_V1_0(BP_PLUGIN_INFO_SIZE_V1_0, 64)                 \
-  SIZEOF(bp_plugin_info, 72)                              \
+  SIZEOF(bp_plugin_info, 80)                              \
   FIELD(bp_plugin_info, struct_size, 0)                   \
   FIELD(bp_plugin_info, next, 8)                          \
   FIELD(bp_plugin_info, name, 16)                         \
@@ -143,6 +145,8 @@
   FIELD(bp_plugin_info, device_kind_count, 56)            \
   SIZE_V1_0(BP_PLUGIN_INFO_SIZE_V1_1, 72)                 \
   FIELD(bp_plugin_info, kind_status, 64)                  \
+  SIZE_V1_0(BP_PLUGIN_INFO_SIZE_V1_2, 80)                 \
+  FIELD(bp_plugin_info, sha256, 72)                       \
   SIZE_V1_0(BP_DEVICE_INFO_SIZE_V1_0, 72)                 \
   SIZEOF(bp_device_info, 96)                              \
   FIELD(bp_device_info, struct_size, 0)                   \

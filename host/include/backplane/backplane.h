@@ -127,8 +127,15 @@ typedef struct bp_host_options {
   /* Options per device kind, a JSON object such as {"cpu": {"devices": 8}};
    * passed to the owning plugin before its devices are enumerated. May be NULL. */
   const char *plugin_options_json;
+  /* Since 1.2: plugin files pinned to their content, a JSON object from a
+   * plugin file name to the SHA-256 of its bytes in hex, e.g.
+   * {"libbackplane_cpu.so": "9f86d0..."}. A file of a pinned name whose
+   * content differs, wherever it is found, is refused (BP_PLUGIN_LOAD,
+   * naming both hashes) before any of its code runs. May be NULL. */
+  const char *plugin_pins_json;
 } bp_host_options;
 #define BP_HOST_OPTIONS_SIZE_V1_0 BP_STRUCT_SIZE(bp_host_options, plugin_options_json)
+#define BP_HOST_OPTIONS_SIZE_V1_2 BP_STRUCT_SIZE(bp_host_options, plugin_pins_json)
 
 /* Create a host and load every plugin found in the search order: the
  * options' plugin_dirs, then BACKPLANE_PLUGIN_PATH (colon-separated, read
@@ -159,9 +166,13 @@ typedef struct bp_plugin_info {
    * line on its state, above all why it has no device; an entry is NULL when
    * the plugin has nothing to say. */
   const char *const *kind_status;
+  /* Since 1.2: the SHA-256 of the file's bytes as loaded, 64 hex digits
+   * (what bp_host_options.plugin_pins_json compares against). */
+  const char *sha256;
 } bp_plugin_info;
 #define BP_PLUGIN_INFO_SIZE_V1_0 BP_STRUCT_SIZE(bp_plugin_info, device_kind_count)
 #define BP_PLUGIN_INFO_SIZE_V1_1 BP_STRUCT_SIZE(bp_plugin_info, kind_status)
+#define BP_PLUGIN_INFO_SIZE_V1_2 BP_STRUCT_SIZE(bp_plugin_info, sha256)
 
 BP_API size_t bp_host_plugin_count(const bp_host *host);
 BP_API bp_error *bp_host_plugin(const bp_host *host, size_t index, bp_plugin_info *out);

@@ -116,6 +116,7 @@ using Owned = std::unique_ptr<T, Deleter<T, Destroy>>;
 
 struct PluginInfo {
   std::string name, version, file;
+  std::string sha256;  // of the file's bytes, hex (1.2)
   uint32_t abi_major = 0, abi_minor = 0;
   std::vector<std::string> device_kinds;
   // Parallel to device_kinds: the plugin's line on each kind ("" when none).
@@ -313,6 +314,7 @@ struct HostOptions {
   std::vector<std::string> plugin_dirs;
   uint32_t flags = 0;
   std::string plugin_options_json;  // empty: none
+  std::string plugin_pins_json;     // empty: none (1.2)
 };
 
 namespace detail {
@@ -325,6 +327,7 @@ struct RawHostOptions {
     options.plugin_dir_count = dirs.size();
     options.flags = source.flags;
     options.plugin_options_json = source.plugin_options_json.empty() ? nullptr : source.plugin_options_json.c_str();
+    options.plugin_pins_json = source.plugin_pins_json.empty() ? nullptr : source.plugin_pins_json.c_str();
   }
   RawHostOptions(const RawHostOptions &) = delete;
   RawHostOptions &operator=(const RawHostOptions &) = delete;
@@ -415,7 +418,8 @@ class Host {
         bp_error_destroy(error);
         continue;
       }
-      PluginInfo info{raw.name, raw.version, raw.file, raw.abi_major, raw.abi_minor, {}, {}};
+      PluginInfo info{raw.name, raw.version, raw.file, raw.sha256 ? raw.sha256 : "", raw.abi_major, raw.abi_minor,
+                      {}, {}};
       for (size_t k = 0; k < raw.device_kind_count; ++k) {
         info.device_kinds.emplace_back(raw.device_kinds[k]);
         info.kind_status.emplace_back(raw.kind_status && raw.kind_status[k] ? raw.kind_status[k] : "");
