@@ -5,7 +5,12 @@
 // beside it keep working, and the caller's data is untouched.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -271,6 +276,44 @@ TEST(PluginRobustness, CodesAPluginMayNotReturnBecomeDeviceFailureNamingTheValue
   ASSERT_TRUE(group->all_reduce(int_send, int_recv, 3, BP_I32, BP_SUM));
   EXPECT_EQ(sums[1], (std::vector<int32_t>{5, 7, 9}));
   EXPECT_TRUE(all_reduce_works(host, "mock", kMockDevices));
+}
+
+std::string read_text(const fs::path &file) {
+  std::ifstream in(file);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// ---- a privileged process ---------------------------------------------------
+
+// A setuid copy of privileged_host (owned by nobody, run by root) is a
+// process with elevated privileges: secure_getenv gives it nothing, so it
+// must not take plugins from BACKPLANE_PLUGIN_PATH, and must say so.
+TEST(PrivilegedProcess, IgnoresThePluginPathAndSaysSo) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to make a setuid program of another user";
+  TempDir dir;
+  const fs::path program = dir.copy_in(BACKPLANE_TEST_PRIVILEGED_HOST, "privileged_host");
+  TempDir plugins;
+  plugins.copy_in(fixture_path("good"));
+  constexpr uid_t kNobody = 65534;
+  ASSERT_EQ(::chown(program.c_str(), kNobody, kNobody), 0) << std::strerror(errno);
+  ASSERT_EQ(::chmod(program.c_str(), 04755), 0) << std::strerror(errno);
+  const std::string output_file = (dir.path() / "out.txt").string();
+  // Without privileges first: the same program does read the path.
+  const std::string plain = "BACKPLANE_PLUGIN_PATH='" + plugins.path().string() + "' '" +
+                            BACKPLANE_TEST_PRIVILEGED_HOST + "' > '" + output_file + "'";
+  ASSERT_EQ(std::system(plain.c_str()), 0);
+  std::string unprivileged = read_text(output_file);
+  EXPECT_NE(unprivileged.find("plugin mock\n"), std::string::npos) << unprivileged;
+
+  const std::string setuid = "BACKPLANE_PLUGIN_PATH='" + plugins.path().string() + "' '" + program.string() +
+                             "' > '" + output_file + "'";
+  const int status = std::system(setuid.c_str());
+  std::string privileged = read_text(output_file);
+  if (status != 0 && privileged.empty()) GTEST_SKIP() << "the temp directory does not allow setuid programs";
+  EXPECT_EQ(privileged.find("plugin mock"), std::string::npos) << privileged;
+  EXPECT_NE(privileged.find("ignoring BACKPLANE_PLUGIN_PATH: this process runs with elevated privileges"),
+            std::string::npos)
+      << privileged;
 }
 
 // ---- pins -------------------------------------------------------------------

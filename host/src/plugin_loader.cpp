@@ -852,7 +852,13 @@ void load_search_path(bp_host &host, const bp_host_options &options) {
   }
   if (!(options.flags & BP_HOST_IGNORE_ENV_PATH)) {
     // secure_getenv: a setuid program does not take plugins from its caller.
-    if (const char *path = ::secure_getenv("BACKPLANE_PLUGIN_PATH")) {
+    const char *path = ::secure_getenv("BACKPLANE_PLUGIN_PATH");
+    if (!path && std::getenv("BACKPLANE_PLUGIN_PATH")) {
+      log(BP_LOG_INFO, "loader",
+          "ignoring BACKPLANE_PLUGIN_PATH: this process runs with elevated privileges (setuid, setgid or "
+          "capabilities), so it takes no plugin directory from its environment");
+    }
+    if (path) {
       std::string_view rest(path);
       while (!rest.empty()) {
         size_t colon = rest.find(':');
