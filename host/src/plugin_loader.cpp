@@ -17,6 +17,7 @@
 
 #include <boost/dll/runtime_symbol_info.hpp>
 
+#include "elf_header_check.hpp"
 #include "extensions.hpp"
 #include "file_digest.hpp"
 #include "host.hpp"
@@ -260,7 +261,13 @@ class OpenedPluginFile {
       return Error(BP_PLUGIN_LOAD, "refusing plugin '" + file.string() + "': it is not a regular file")
           .hint("a plugin must be a shared object file; remove '" + file.string() + "'");
     }
-    return check_trusted(status, file, "plugin file");
+    if (Status trusted = check_trusted(status, file, "plugin file"); !trusted) return trusted;
+    if (std::optional<std::string> problem = elf_problem(fd_)) {
+      return Error(BP_PLUGIN_LOAD, "cannot load plugin '" + file.string() + "': " + *problem)
+          .with("reason", *problem)
+          .hint("check that the file is a complete shared object built for this machine (reinstall it)");
+    }
+    return {};
   }
   int fd() const { return fd_; }
   // The path the system loader opens: the very file checked above.
