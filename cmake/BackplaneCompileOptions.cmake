@@ -13,3 +13,11 @@ if(BACKPLANE_SANITIZE)
     -fsanitize=${BACKPLANE_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
   target_link_options(backplane_compile_options INTERFACE -fsanitize=${BACKPLANE_SANITIZE})
 endif()
+
+# Coverage for libFuzzer (tests/fuzz) in every target, the library included.
+if(BACKPLANE_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "BACKPLANE_FUZZ needs clang (libFuzzer); use the fuzz preset")
+  endif()
+  target_compile_options(backplane_compile_options INTERFACE -fsanitize=fuzzer-no-link)
+endif()

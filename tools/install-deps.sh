@@ -6,6 +6,8 @@ set -euo pipefail
 packages=(
   # toolchain
   build-essential g++ clang cmake ninja-build pkg-config git
+  # libFuzzer and the sanitizer runtimes of clang (tests/fuzz, the fuzz preset)
+  libclang-rt-14-dev
   # host: plugin loading (Boost.DLL, header-only), JSON, CLI
   libboost-dev nlohmann-json3-dev libcli11-dev
   # fleet files: a real JSON Schema validator (header-only, nlohmann adapter)
