@@ -203,19 +203,19 @@ void wait_for_comm(std::atomic<std::uint32_t> &in_flight) noexcept {
   }
 }
 
-std::int32_t request_test(bp_plugin_state &state, bp_plugin_request &request, bool *done, bp_error_sink *sink) {
-  if (done == nullptr) return fail(state.services, sink, BP_INVALID_ARGUMENT, "cpu request_test: done is NULL");
+std::int32_t Backend::request_test(bp_plugin_state &state, bp_plugin_request &request, bool &done,
+                                   bp_error_sink *sink) {
   if (request.progress.load(std::memory_order_acquire) != kRequestDone) {
-    *done = false;
+    done = false;
     return BP_OK;
   }
   if (const std::int32_t status = outcome(state, request, sink); status != BP_OK) return status;
-  *done = true;
+  done = true;
   return BP_OK;
 }
 
-std::int32_t request_wait(bp_plugin_state &state, bp_plugin_request &request, std::int64_t timeout_ns,
-                          bp_error_sink *sink) {
+std::int32_t Backend::request_wait(bp_plugin_state &state, bp_plugin_request &request, std::int64_t timeout_ns,
+                                   bp_error_sink *sink) {
   if (!wait_for_request(request, timeout_ns)) {
     return fail(state.services, sink, BP_TIMEOUT,
                 "cpu request_wait: %s of %zu elements still in flight after %" PRId64 " ns",
@@ -224,8 +224,7 @@ std::int32_t request_wait(bp_plugin_state &state, bp_plugin_request &request, st
   return outcome(state, request, sink);
 }
 
-void request_release(bp_plugin_state &state, bp_plugin_request *request) {
-  if (request == nullptr) return;
+void Backend::request_release(bp_plugin_state &state, bp_plugin_request *request) {
   if (request->progress.load(std::memory_order_acquire) != kRequestDone) {
     // An older host releases without waiting: finish it first, so that
     // nothing touches the group's buffers once this returns.

@@ -571,27 +571,14 @@ std::size_t traffic_bytes(std::uint32_t collective, const Shape &shape) {
 
 }  // namespace
 
-std::int32_t comm_create(bp_plugin_state &state, std::uint32_t kind, const std::uint32_t *devices,
-                         std::size_t device_count, bp_plugin_comm **out, bp_error_sink *sink) {
-  if (const std::int32_t status = check_kind(state, kind, sink); status != BP_OK) return status;
-  if (out == nullptr) return fail(state.services, sink, BP_INVALID_ARGUMENT, "cpu comm_create: out is NULL");
-  *out = nullptr;
-  if (device_count == 0 || devices == nullptr) {
-    return fail(state.services, sink, BP_INVALID_ARGUMENT, "cpu comm_create: a group needs at least one device");
-  }
+std::int32_t Backend::comm_create(bp_plugin_state &state, std::span<const std::uint32_t> devices,
+                                  bp_plugin_comm **out, bp_error_sink *) {
   auto comm = std::make_unique<bp_plugin_comm>();
-  comm->devices.assign(devices, devices + device_count);
-  comm->inputs.resize(device_count);
-  comm->outputs.resize(device_count);
+  comm->devices.assign(devices.begin(), devices.end());
+  comm->inputs.resize(devices.size());
+  comm->outputs.resize(devices.size());
 
   std::lock_guard<std::mutex> lock(state.mutex);
-  for (std::size_t r = 0; r < device_count; ++r) {
-    if (devices[r] >= state.device_count) {
-      return fail(state.services, sink, BP_INVALID_ARGUMENT,
-                  "cpu comm_create: rank %zu names device %u, which does not exist (%u cpu devices)", r,
-                  static_cast<unsigned>(devices[r]), static_cast<unsigned>(state.device_count));
-    }
-  }
   // The pool starts with the first group (never inside a collective), and
   // lives until destroy or a configure that changes the thread count.
   if (state.pool == nullptr && state.threads > 1) {
@@ -610,31 +597,21 @@ std::int32_t comm_create(bp_plugin_state &state, std::uint32_t kind, const std::
   comm->parallel_threshold_bytes = state.parallel_threshold_bytes;
   comm->streaming_threshold_bytes = state.streaming_threshold_bytes;
   comm->async_threshold_bytes = state.async_threshold_bytes;
-  ++state.live_objects;
   *out = comm.release();
   return BP_OK;
 }
 
-void comm_destroy(bp_plugin_state &state, bp_plugin_comm *comm) {
-  if (comm == nullptr) return;
+void Backend::comm_destroy(bp_plugin_state &, bp_plugin_comm *comm) {
   // The host destroys a comm only once its requests were released, so this
   // is a single load, but for the queue's last touch of the count, which
   // follows the last request's completion.
   wait_for_comm(comm->in_flight);
   delete comm;
-  std::lock_guard<std::mutex> lock(state.mutex);
-  --state.live_objects;
 }
 
-std::int32_t collective_start(bp_plugin_state &state, bp_plugin_comm &comm, const bp_collective_args *args,
-                              bp_plugin_request **out, bp_error_sink *sink) {
+std::int32_t Backend::collective_start(bp_plugin_state &state, bp_plugin_comm &comm, const bp_collective_args &a,
+                                       bp_plugin_request **out, bp_error_sink *sink) {
   const bp_host_services *services = state.services;
-  if (out == nullptr) return fail(services, sink, BP_INVALID_ARGUMENT, "cpu collective_start: out is NULL");
-  *out = nullptr;
-  if (args == nullptr || args->struct_size < BP_COLLECTIVE_ARGS_SIZE_V1_0) {
-    return fail(services, sink, BP_INVALID_ARGUMENT, "cpu collective_start: args is NULL or smaller than ABI 1.0's");
-  }
-  const bp_collective_args &a = *args;
   // A 1.0/1.1 host sends no flags, and waits for every request itself.
   const bool caller_waits =
       a.struct_size < BP_COLLECTIVE_ARGS_SIZE_V1_2 || (a.flags & BP_COLLECTIVE_CALLER_WAITS) != 0;

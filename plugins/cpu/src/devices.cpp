@@ -1,5 +1,6 @@
-// The cpu kind's logical devices: how many there are and what each reports
-// (name, host CPU model, physical memory). All of them share host memory.
+// The cpu kind's logical devices: the host facts behind them, read at entry,
+// and what each reports (name, host CPU model, physical memory). All of
+// them share host memory.
 #include <sched.h>
 #include <unistd.h>
 
@@ -106,57 +107,33 @@ std::unique_ptr<bp_plugin_state> make_state(const bp_host_services *services) {
   return state;
 }
 
-std::int32_t device_count(bp_plugin_state &state, std::uint32_t kind, std::uint32_t *count,
-                          bp_error_sink *sink) {
-  if (const std::int32_t status = check_kind(state, kind, sink); status != BP_OK) return status;
-  if (count == nullptr) {
-    return fail(state.services, sink, BP_INVALID_ARGUMENT, "cpu device_count: count is NULL");
+// Under the state's mutex, with `device` among its devices.
+std::int32_t Backend::device_info(bp_plugin_state &state, std::uint32_t device, bp_plugin_device_info &info,
+                                  bp_error_sink *) {
+  const auto key = std::make_pair(state.device_count, device);
+  auto found = state.device_strings.find(key);
+  if (found == state.device_strings.end()) {
+    bp_plugin_state::DeviceStrings made;
+    made.name = "cpu logical device " + std::to_string(device);
+    made.description = "logical device " + std::to_string(device) + " of " + std::to_string(state.device_count) +
+                       " on " + state.cpu_model + " (" + std::to_string(state.hardware_threads) +
+                       " hardware threads, host memory)";
+    found = state.device_strings.emplace(key, std::move(made)).first;
   }
-  std::lock_guard<std::mutex> lock(state.mutex);
-  *count = state.device_count;
-  return BP_OK;
-}
-
-std::int32_t device_info(bp_plugin_state &state, std::uint32_t kind, std::uint32_t device,
-                         bp_plugin_device_info *info, bp_error_sink *sink) {
-  if (const std::int32_t status = check_kind(state, kind, sink); status != BP_OK) return status;
-  if (info == nullptr) {
-    return fail(state.services, sink, BP_INVALID_ARGUMENT, "cpu device_info: info is NULL");
-  }
-
-  const bp_plugin_state::DeviceStrings *strings = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(state.mutex);
-    if (device >= state.device_count) {
-      return fail(state.services, sink, BP_INVALID_ARGUMENT,
-                  "cpu device_info: device %u does not exist (%u cpu devices)",
-                  static_cast<unsigned>(device), static_cast<unsigned>(state.device_count));
-    }
-    const auto key = std::make_pair(state.device_count, device);
-    auto found = state.device_strings.find(key);
-    if (found == state.device_strings.end()) {
-      bp_plugin_state::DeviceStrings made;
-      made.name = "cpu logical device " + std::to_string(device);
-      made.description = "logical device " + std::to_string(device) + " of " +
-                         std::to_string(state.device_count) + " on " + state.cpu_model + " (" +
-                         std::to_string(state.hardware_threads) + " hardware threads, host memory)";
-      found = state.device_strings.emplace(key, std::move(made)).first;
-    }
-    strings = &found->second;
-  }
+  const bp_plugin_state::DeviceStrings &strings = found->second;
 
   // The caller's struct may be older (smaller) than ours: write only what
   // fits in its struct_size.
-  const std::size_t size = info->struct_size;
-  if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, name)) info->name = strings->name.c_str();
+  const std::size_t size = info.struct_size;
+  if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, name)) info.name = strings.name.c_str();
   if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, description)) {
-    info->description = strings->description.c_str();
+    info.description = strings.description.c_str();
   }
-  if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, flags)) info->flags = BP_DEVICE_HOST_ADDRESSABLE;
-  if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, memory_bytes)) info->memory_bytes = state.memory_bytes;
+  if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, flags)) info.flags = BP_DEVICE_HOST_ADDRESSABLE;
+  if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, memory_bytes)) info.memory_bytes = state.memory_bytes;
   // Every cpu device supports all its kind declares.
-  if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, capabilities)) info->capabilities = nullptr;
-  if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, capability_count)) info->capability_count = 0;
+  if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, capabilities)) info.capabilities = nullptr;
+  if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, capability_count)) info.capability_count = 0;
   return BP_OK;
 }
 

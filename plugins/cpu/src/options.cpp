@@ -52,11 +52,7 @@ std::optional<Options> parse_options(std::string_view text, std::string *error) 
 
 }  // namespace
 
-std::int32_t configure(bp_plugin_state &state, std::uint32_t kind, const char *options_json,
-                       bp_error_sink *sink) {
-  if (const std::int32_t status = check_kind(state, kind, sink); status != BP_OK) return status;
-  // No options at all keeps the current configuration.
-  if (options_json == nullptr) return BP_OK;
+std::int32_t Backend::configure(bp_plugin_state &state, const char *options_json, bp_error_sink *sink) {
 
   std::string error;
   const std::optional<Options> options = parse_options(options_json, &error);

@@ -1,34 +1,32 @@
-// The cpu plugin's handles (state, buffer, comm, request) and the functions
-// behind its table. Everything here may throw; plugin.cpp is the ABI
-// boundary that stops it.
+// The cpu plugin's handles (state, buffer, comm, request) and the bodies of
+// its table (Backend). Everything here may throw; the trampolines of
+// plugin_support::function_table() are the ABI boundary that stops it.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "backplane/plugin.h"
-#include "plugin_support/capability_rows.hpp"
+#include "plugin_support/buffer_base.hpp"
 #include "plugin_support/host_link.hpp"
+#include "plugin_support/state_base.hpp"
 #include "async_queue.hpp"
 #include "thread_pool.hpp"
 
 // One per bp_plugin_entry call, so two hosts in one process never share one.
-struct bp_plugin_state {
-  const bp_host_services *services = nullptr;
-  // What this state declares, narrowed to the host's ABI minor at entry
-  // (plugin_support::rows_for_host), in the descriptor handed to the host.
-  backplane::plugin_support::DeclaredDescriptor declared;
-
-  // The host is thread-safe, so configure, buffer and comm calls may race;
-  // this guards the fields below it. Collectives never take it.
-  std::mutex mutex;
+// StateBase's mutex guards the fields below; collectives never take it.
+// Buffers and comms alive (its live_objects) name devices of the current
+// count, so configure is refused while any exists.
+struct bp_plugin_state : backplane::plugin_support::StateBase {
   std::uint32_t device_count = 8;
   // Threads one collective may use, the caller's included; the pool has one
   // worker fewer. Set by configure ("threads"), default: the CPUs this
@@ -50,9 +48,6 @@ struct bp_plugin_state {
   // its own started with the first. Declared after the pool, so that it is
   // stopped (its queue run to the end) before the pool goes.
   backplane::cpu::AsyncQueue async_queue;
-  // Buffers and comms alive: configure is refused while any exists, since
-  // they name devices of the current count.
-  std::size_t live_objects = 0;
   // Device names and descriptions handed to the host, keyed by
   // (device_count, device). The ABI keeps them valid until destroy, so
   // entries are only ever added (std::map never moves its nodes).
@@ -70,13 +65,19 @@ struct bp_plugin_state {
   std::uint64_t memory_bytes = 0;
 };
 
-// Host memory on one logical device, owned (buffer_create) or the caller's
-// (buffer_wrap_host). `data` is NULL only when `bytes` is 0.
-struct bp_plugin_buffer {
+// Host memory on one logical device, owned (buffer_create, freed with the
+// buffer) or the caller's (buffer_wrap_host). `data` is NULL only when
+// `bytes` is 0.
+struct bp_plugin_buffer : backplane::plugin_support::BufferBase {
   std::byte *data = nullptr;
-  std::size_t bytes = 0;
-  std::uint32_t device = 0;
   bool owned = false;
+
+  bp_plugin_buffer() = default;
+  bp_plugin_buffer(const bp_plugin_buffer &) = delete;
+  bp_plugin_buffer &operator=(const bp_plugin_buffer &) = delete;
+  ~bp_plugin_buffer() {
+    if (owned) std::free(data);
+  }
 };
 
 // The plugin's side of a group: its ranks and the per-call scratch, sized
@@ -157,47 +158,55 @@ void log(const bp_host_services *services, std::int32_t level, const char *forma
 // The state with its host facts filled in (devices.cpp).
 std::unique_ptr<bp_plugin_state> make_state(const bp_host_services *services);
 
-// Checks that `kind` is the plugin's only kind, "cpu" (index 0).
-std::int32_t check_kind(const bp_plugin_state &state, std::uint32_t kind, bp_error_sink *sink) noexcept;
-
-// options.cpp
-std::int32_t configure(bp_plugin_state &state, std::uint32_t kind, const char *options_json,
-                       bp_error_sink *sink);
-
-// devices.cpp
-std::int32_t device_count(bp_plugin_state &state, std::uint32_t kind, std::uint32_t *count,
-                          bp_error_sink *sink);
-std::int32_t device_info(bp_plugin_state &state, std::uint32_t kind, std::uint32_t device,
-                         bp_plugin_device_info *info, bp_error_sink *sink);
-
-// buffers.cpp
-std::int32_t buffer_create(bp_plugin_state &state, std::uint32_t kind, std::uint32_t device,
-                           std::size_t bytes, bp_plugin_buffer **out, bp_error_sink *sink);
-std::int32_t buffer_wrap_host(bp_plugin_state &state, std::uint32_t kind, std::uint32_t device,
-                              void *memory, std::size_t bytes, bp_plugin_buffer **out,
-                              bp_error_sink *sink);
-void buffer_destroy(bp_plugin_state &state, bp_plugin_buffer *buffer);
-std::int32_t buffer_write(bp_plugin_state &state, bp_plugin_buffer *buffer, std::size_t offset,
-                          const void *source, std::size_t bytes, bp_error_sink *sink);
-std::int32_t buffer_read(bp_plugin_state &state, const bp_plugin_buffer *buffer, std::size_t offset,
-                         void *destination, std::size_t bytes, bp_error_sink *sink);
-
-// collectives.cpp
-std::int32_t comm_create(bp_plugin_state &state, std::uint32_t kind, const std::uint32_t *devices,
-                         std::size_t device_count, bp_plugin_comm **out, bp_error_sink *sink);
-void comm_destroy(bp_plugin_state &state, bp_plugin_comm *comm);
-std::int32_t collective_start(bp_plugin_state &state, bp_plugin_comm &comm,
-                              const bp_collective_args *args, bp_plugin_request **out,
-                              bp_error_sink *sink);
 // Runs a queued request on the calling thread (the queue's), reporting a
-// failure through `services` and `sink`; the status.
+// failure through `services` and `sink`; the status (collectives.cpp).
 std::int32_t run_request(const bp_host_services *services, bp_error_sink *sink,
                          bp_plugin_request &request) noexcept;
 
-// async_queue.cpp: the table's request functions.
-std::int32_t request_test(bp_plugin_state &state, bp_plugin_request &request, bool *done, bp_error_sink *sink);
-std::int32_t request_wait(bp_plugin_state &state, bp_plugin_request &request, std::int64_t timeout_ns,
-                          bp_error_sink *sink);
-void request_release(bp_plugin_state &state, bp_plugin_request *request);
+// The bodies of the table, for plugin_support::function_table(), which
+// says what each may assume.
+struct Backend {
+  using State = bp_plugin_state;
+  using Buffer = bp_plugin_buffer;
+  static constexpr const char *kName = "cpu";
+  static constexpr const char *kKind = "cpu";
+
+  static std::size_t devices_now(const bp_plugin_state &state) { return state.device_count; }
+  // Requests still queued run to their end before the threads stop.
+  static void finish_work(bp_plugin_state &state) { state.async_queue.stop(); }
+
+  // options.cpp
+  static std::int32_t configure(bp_plugin_state &state, const char *options_json, bp_error_sink *sink);
+
+  // devices.cpp
+  static std::int32_t device_info(bp_plugin_state &state, std::uint32_t device, bp_plugin_device_info &info,
+                                  bp_error_sink *sink);
+
+  // buffers.cpp
+  static std::int32_t buffer_allocate(bp_plugin_state &state, bp_plugin_buffer &buffer, bp_error_sink *sink);
+  static std::int32_t buffer_wrap_host(bp_plugin_state &state, bp_plugin_buffer &buffer, void *memory,
+                                       bp_error_sink *sink);
+  static std::int32_t buffer_write(bp_plugin_state &state, bp_plugin_buffer &buffer, std::size_t offset,
+                                   const void *source, std::size_t bytes, bp_error_sink *sink);
+  static std::int32_t buffer_read(bp_plugin_state &state, const bp_plugin_buffer &buffer, std::size_t offset,
+                                  void *destination, std::size_t bytes, bp_error_sink *sink);
+
+  // collectives.cpp
+  static std::int32_t comm_create(bp_plugin_state &state, std::span<const std::uint32_t> devices,
+                                  bp_plugin_comm **out, bp_error_sink *sink);
+  static void comm_destroy(bp_plugin_state &state, bp_plugin_comm *comm);
+  static std::int32_t collective_start(bp_plugin_state &state, bp_plugin_comm &comm, const bp_collective_args &a,
+                                       bp_plugin_request **out, bp_error_sink *sink);
+
+  // async_queue.cpp
+  static std::int32_t request_test(bp_plugin_state &state, bp_plugin_request &request, bool &done,
+                                   bp_error_sink *sink);
+  static std::int32_t request_wait(bp_plugin_state &state, bp_plugin_request &request, std::int64_t timeout_ns,
+                                   bp_error_sink *sink);
+  static void request_release(bp_plugin_state &state, bp_plugin_request *request);
+
+  // No kind_info: the cpu kind always has its devices. No comm_info: every
+  // rank shares the process's memory.
+};
 
 }  // namespace backplane::cpu

@@ -634,26 +634,16 @@ std::string describe_route(const bp_plugin_state &state, const bp_plugin_comm &c
 
 }  // namespace
 
-std::int32_t comm_create(bp_plugin_state &state, std::uint32_t kind, const std::uint32_t *devices,
-                         std::size_t device_count, bp_plugin_comm **out, bp_error_sink *sink) {
-  if (const std::int32_t status = check_kind(state, kind, sink); status != BP_OK) return status;
-  if (out == nullptr) return fail(state.services, sink, BP_INVALID_ARGUMENT, "opencl comm_create: out is NULL");
-  *out = nullptr;
-  if (devices == nullptr || device_count == 0) {
-    return fail(state.services, sink, BP_INVALID_ARGUMENT, "opencl comm_create: a comm needs at least one device");
-  }
+std::int32_t Backend::comm_create(bp_plugin_state &state, std::span<const std::uint32_t> devices,
+                                  bp_plugin_comm **out, bp_error_sink *sink) {
+  const std::size_t device_count = devices.size();
   auto comm = std::make_unique<bp_plugin_comm>();
   comm->state = &state;
 
+  // For the programs (program_cache.cpp); the devices themselves stay as
+  // they are while the comm is counted.
   std::lock_guard<std::mutex> lock(state.mutex);
-  for (std::size_t r = 0; r < device_count; ++r) {
-    if (devices[r] >= state.devices.size()) {
-      return fail(state.services, sink, BP_INVALID_ARGUMENT,
-                  "opencl comm_create: rank %zu's device %u does not exist (%zu devices)", r,
-                  static_cast<unsigned>(devices[r]), state.devices.size());
-    }
-    comm->ranks.push_back(state.devices[devices[r]].get());
-  }
+  for (std::uint32_t device : devices) comm->ranks.push_back(state.devices[device].get());
   Device &lead = *state.devices[devices[0]];
   comm->lead = &lead;
   comm->context = state.platforms[lead.platform].context.get();
@@ -684,24 +674,19 @@ std::int32_t comm_create(bp_plugin_state &state, std::uint32_t kind, const std::
   comm->route = describe_route(state, *comm);
   log(state.services, BP_LOG_DEBUG, "comm of %zu ranks on '%s': %s", device_count, lead.name.c_str(),
       comm->route.c_str());
-  ++state.live_objects;
   *out = comm.release();
   return BP_OK;
 }
 
-void comm_destroy(bp_plugin_state &state, bp_plugin_comm *comm) {
-  if (comm == nullptr) return;
+void Backend::comm_destroy(bp_plugin_state &, bp_plugin_comm *comm) {
   // A host releases every request of a comm before destroying it; should
   // one still be in flight, it ends before the comm's objects go.
   if (comm->queue) clFinish(comm->queue.get());
   delete comm;
-  std::lock_guard<std::mutex> lock(state.mutex);
-  --state.live_objects;
 }
 
-std::int32_t comm_info(bp_plugin_state &state, bp_plugin_comm &comm, bp_plugin_comm_info *info, bp_error_sink *sink) {
-  if (info == nullptr) return fail(state.services, sink, BP_INVALID_ARGUMENT, "opencl comm_info: info is NULL");
-  if (info->struct_size >= BP_STRUCT_SIZE(bp_plugin_comm_info, route)) info->route = comm.route.c_str();
+std::int32_t Backend::comm_info(bp_plugin_state &, bp_plugin_comm &comm, bp_plugin_comm_info &info, bp_error_sink *) {
+  if (info.struct_size >= BP_STRUCT_SIZE(bp_plugin_comm_info, route)) info.route = comm.route.c_str();
   return BP_OK;
 }
 
@@ -775,23 +760,20 @@ std::int32_t run_async(const Call &c, bp_plugin_request **out) {
 // The host has checked the arguments (plugin.h, bp_collective_args): enums
 // in range and declared for every rank's device (so every kernel a call
 // picks exists, create_kernels made sure), rank_count, roots, buffers
-// present, on the rank's device and large enough. Nothing is checked again.
-std::int32_t collective_start(bp_plugin_state &state, bp_plugin_comm &comm, const bp_collective_args *args,
-                              bp_plugin_request **out, bp_error_sink *sink) {
-  if (args == nullptr || out == nullptr) {
-    return fail(state.services, sink, BP_INVALID_ARGUMENT, "opencl collective_start: args or out is NULL");
-  }
-  *out = nullptr;
+// present, on the rank's device and large enough; the table checked that
+// args is there and at least ABI 1.0's. Nothing is checked again.
+std::int32_t Backend::collective_start(bp_plugin_state &state, bp_plugin_comm &comm, const bp_collective_args &args,
+                                       bp_plugin_request **out, bp_error_sink *sink) {
   // A 1.0/1.1 host sends no flags and always waits at once (plugin.h).
   const bool caller_waits =
-      args->struct_size < BP_COLLECTIVE_ARGS_SIZE_V1_2 || (args->flags & BP_COLLECTIVE_CALLER_WAITS) != 0;
-  const std::size_t element = args->collective == BP_BARRIER ? 1 : kDtypeSizes[args->dtype];
+      args.struct_size < BP_COLLECTIVE_ARGS_SIZE_V1_2 || (args.flags & BP_COLLECTIVE_CALLER_WAITS) != 0;
+  const std::size_t element = args.collective == BP_BARRIER ? 1 : kDtypeSizes[args.dtype];
   if (caller_waits || comm.any_foreign) {
-    const Call c{state, sink, comm, *args, comm.ranks.size(), element, args->count * element, nullptr};
+    const Call c{state, sink, comm, args, comm.ranks.size(), element, args.count * element, nullptr};
     return run_blocking(c);
   }
   cl_event last = nullptr;
-  const Call c{state, sink, comm, *args, comm.ranks.size(), element, args->count * element, &last};
+  const Call c{state, sink, comm, args, comm.ranks.size(), element, args.count * element, &last};
   return run_async(c, out);
 }
 

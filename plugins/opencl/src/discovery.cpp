@@ -315,10 +315,7 @@ void discover(bp_plugin_state &state, const Options &options) {
   if (!state.kind_status.empty()) log(state.services, BP_LOG_INFO, "%s", state.kind_status.c_str());
 }
 
-std::int32_t configure(bp_plugin_state &state, std::uint32_t kind, const char *options_json,
-                       bp_error_sink *sink) {
-  if (const std::int32_t status = check_kind(state, kind, sink); status != BP_OK) return status;
-  if (options_json == nullptr) return BP_OK;  // keep the current options
+std::int32_t Backend::configure(bp_plugin_state &state, const char *options_json, bp_error_sink *sink) {
   std::string error;
   const std::optional<Options> options = parse_options(options_json, &error);
   if (!options) return fail(state.services, sink, BP_CONFIG, "opencl options: %s", error.c_str());
@@ -335,58 +332,40 @@ std::int32_t configure(bp_plugin_state &state, std::uint32_t kind, const char *o
   return BP_OK;
 }
 
-std::int32_t device_count(bp_plugin_state &state, std::uint32_t kind, std::uint32_t *count,
-                          bp_error_sink *sink) {
-  if (const std::int32_t status = check_kind(state, kind, sink); status != BP_OK) return status;
-  if (count == nullptr) return fail(state.services, sink, BP_INVALID_ARGUMENT, "opencl device_count: count is NULL");
-  std::lock_guard<std::mutex> lock(state.mutex);
-  *count = static_cast<std::uint32_t>(state.devices.size());
-  return BP_OK;
-}
-
-std::int32_t device_info(bp_plugin_state &state, std::uint32_t kind, std::uint32_t device_index,
-                         bp_plugin_device_info *info, bp_error_sink *sink) {
-  if (const std::int32_t status = check_kind(state, kind, sink); status != BP_OK) return status;
-  if (info == nullptr) return fail(state.services, sink, BP_INVALID_ARGUMENT, "opencl device_info: info is NULL");
-  std::lock_guard<std::mutex> lock(state.mutex);
-  if (device_index >= state.devices.size()) {
-    return fail(state.services, sink, BP_INVALID_ARGUMENT, "opencl device_info: device %u does not exist (%zu devices)",
-                static_cast<unsigned>(device_index), state.devices.size());
-  }
+// Under the state's mutex, with `device_index` among its devices.
+std::int32_t Backend::device_info(bp_plugin_state &state, std::uint32_t device_index, bp_plugin_device_info &info,
+                                  bp_error_sink *) {
   const Device &device = *state.devices[device_index];
   // The caller's struct may be older (smaller) than ours: write only what
   // fits in its struct_size.
-  const std::size_t size = info->struct_size;
-  if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, name)) info->name = device.name.c_str();
-  if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, description)) info->description = device.description.c_str();
+  const std::size_t size = info.struct_size;
+  if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, name)) info.name = device.name.c_str();
+  if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, description)) info.description = device.description.c_str();
   // Buffers live in device memory: nothing wraps the caller's memory.
-  if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, flags)) info->flags = 0;
-  if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, memory_bytes)) info->memory_bytes = device.global_memory_bytes;
+  if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, flags)) info.flags = 0;
+  if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, memory_bytes)) info.memory_bytes = device.global_memory_bytes;
   if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, capabilities)) {
-    info->capabilities = device.capabilities.data();
+    info.capabilities = device.capabilities.data();
   }
   if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, capability_count)) {
-    info->capability_count = device.capabilities.size();
+    info.capability_count = device.capabilities.size();
   }
   if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, property_keys)) {
-    info->property_keys = device.property_key_pointers.data();
+    info.property_keys = device.property_key_pointers.data();
   }
   if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, property_values)) {
-    info->property_values = device.property_value_pointers.data();
+    info.property_values = device.property_value_pointers.data();
   }
   if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, property_count)) {
-    info->property_count = device.property_key_pointers.size();
+    info.property_count = device.property_key_pointers.size();
   }
   return BP_OK;
 }
 
-std::int32_t kind_info(bp_plugin_state &state, std::uint32_t kind, bp_plugin_kind_info *info,
-                       bp_error_sink *sink) {
-  if (const std::int32_t status = check_kind(state, kind, sink); status != BP_OK) return status;
-  if (info == nullptr) return fail(state.services, sink, BP_INVALID_ARGUMENT, "opencl kind_info: info is NULL");
+std::int32_t Backend::kind_info(bp_plugin_state &state, bp_plugin_kind_info &info, bp_error_sink *) {
   std::lock_guard<std::mutex> lock(state.mutex);
-  if (info->struct_size >= BP_STRUCT_SIZE(bp_plugin_kind_info, status)) {
-    info->status = state.kind_status.empty() ? nullptr : state.kind_status.c_str();
+  if (info.struct_size >= BP_STRUCT_SIZE(bp_plugin_kind_info, status)) {
+    info.status = state.kind_status.empty() ? nullptr : state.kind_status.c_str();
   }
   return BP_OK;
 }

@@ -1,5 +1,5 @@
 // Talking back to the host, in the opencl plugin's words: log lines in its
-// category, OpenCL failures by name, and its one kind.
+// category, and OpenCL failures by name.
 #include "plugin_state.hpp"
 
 namespace backplane::opencl {
@@ -15,10 +15,6 @@ std::int32_t fail_cl(const bp_host_services *services, bp_error_sink *sink, cl_i
                      const char *what, const char *device) noexcept {
   return fail(services, sink, cl_status_code(status), "%s(%s) on '%s': %s (%d)", call, what, device,
               cl_error_name(status), static_cast<int>(status));
-}
-
-std::int32_t check_kind(const bp_plugin_state &state, std::uint32_t kind, bp_error_sink *sink) noexcept {
-  return plugin_support::check_single_kind(state.services, sink, kind, kKindName);
 }
 
 }  // namespace backplane::opencl

@@ -1,6 +1,6 @@
-// The opencl plugin's handles (state, buffer, comm, request) and the
-// functions behind its table. Everything here may throw; plugin.cpp is the
-// ABI boundary that stops it.
+// The opencl plugin's handles (state, buffer, comm, request) and the bodies
+// of its table (Backend). Everything here may throw; the trampolines of
+// plugin_support::function_table() are the ABI boundary that stops it.
 #pragma once
 
 #include <CL/cl.h>
@@ -11,14 +11,16 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "backplane/plugin.h"
-#include "plugin_support/capability_rows.hpp"
 #include "cl_errors.hpp"
 #include "options.hpp"
+#include "plugin_support/buffer_base.hpp"
 #include "plugin_support/host_link.hpp"
+#include "plugin_support/state_base.hpp"
 
 namespace backplane::opencl {
 
@@ -108,15 +110,10 @@ struct Platform {
 }  // namespace backplane::opencl
 
 // One per bp_plugin_entry call, so two hosts in one process never share one.
-struct bp_plugin_state {
-  const bp_host_services *services = nullptr;
-  // What this state declares, narrowed to the host's ABI minor at entry,
-  // in the descriptor handed to the host; neither changes after entry.
-  backplane::plugin_support::DeclaredDescriptor declared;
-
-  // The host is thread-safe, so configure, buffer and comm calls may race;
-  // this guards the fields below. Collectives never take it.
-  std::mutex mutex;
+// StateBase's mutex guards the fields below; collectives never take it.
+// Buffers and comms alive (its live_objects) hold the current contexts, so
+// configure is refused while any exists.
+struct bp_plugin_state : backplane::plugin_support::StateBase {
   backplane::opencl::Options options;
   // What discovery found under the current options. Replaced only by
   // configure, while no buffer or comm exists. Devices are held by pointer:
@@ -128,9 +125,6 @@ struct bp_plugin_state {
   std::vector<std::unique_ptr<backplane::opencl::Device>> retired_devices;
   // kind_info's line: why there is no device, or what was left out.
   std::string kind_status;
-  // Buffers and comms alive: configure is refused while any exists, since
-  // they hold the current contexts.
-  std::size_t live_objects = 0;
   // Where program binaries are cached; empty: no cache (program_cache.cpp).
   std::string cache_directory;
   bool cache_directory_resolved = false;
@@ -138,10 +132,8 @@ struct bp_plugin_state {
 
 // Memory on one device, in its platform's context. `mem` is NULL only when
 // `bytes` is 0 (OpenCL has no empty buffers).
-struct bp_plugin_buffer {
+struct bp_plugin_buffer : backplane::plugin_support::BufferBase {
   backplane::opencl::MemHandle mem;
-  std::size_t bytes = 0;
-  std::uint32_t device = 0;
 };
 
 struct bp_plugin_comm;  // collectives.cpp
@@ -198,44 +190,50 @@ void log(const bp_host_services *services, std::int32_t level, const char *forma
 std::int32_t fail_cl(const bp_host_services *services, bp_error_sink *sink, cl_int status, const char *call,
                      const char *what, const char *device) noexcept;
 
-// Checks that `kind` is the plugin's only kind, "opencl" (index 0).
-std::int32_t check_kind(const bp_plugin_state &state, std::uint32_t kind, bp_error_sink *sink) noexcept;
-
 // discovery.cpp: finds platforms and devices under `options`, creates a
 // context per platform and a queue per device. Replaces what the state
 // held; the caller holds the state's mutex.
 void discover(bp_plugin_state &state, const Options &options);
-std::int32_t configure(bp_plugin_state &state, std::uint32_t kind, const char *options_json,
-                       bp_error_sink *sink);
-std::int32_t device_count(bp_plugin_state &state, std::uint32_t kind, std::uint32_t *count,
-                          bp_error_sink *sink);
-std::int32_t device_info(bp_plugin_state &state, std::uint32_t kind, std::uint32_t device,
-                         bp_plugin_device_info *info, bp_error_sink *sink);
-std::int32_t kind_info(bp_plugin_state &state, std::uint32_t kind, bp_plugin_kind_info *info,
-                       bp_error_sink *sink);
 
-// buffers.cpp
-std::int32_t buffer_create(bp_plugin_state &state, std::uint32_t kind, std::uint32_t device,
-                           std::size_t bytes, bp_plugin_buffer **out, bp_error_sink *sink);
-void buffer_destroy(bp_plugin_state &state, bp_plugin_buffer *buffer);
-std::int32_t buffer_write(bp_plugin_state &state, bp_plugin_buffer *buffer, std::size_t offset,
-                          const void *source, std::size_t bytes, bp_error_sink *sink);
-std::int32_t buffer_read(bp_plugin_state &state, const bp_plugin_buffer *buffer, std::size_t offset,
-                         void *destination, std::size_t bytes, bp_error_sink *sink);
+// The bodies of the table, for plugin_support::function_table(), which
+// says what each may assume.
+struct Backend {
+  using State = bp_plugin_state;
+  using Buffer = bp_plugin_buffer;
+  static constexpr const char *kName = kPluginName;
+  static constexpr const char *kKind = kKindName;
 
-// collectives.cpp
-std::int32_t comm_create(bp_plugin_state &state, std::uint32_t kind, const std::uint32_t *devices,
-                         std::size_t device_count, bp_plugin_comm **out, bp_error_sink *sink);
-void comm_destroy(bp_plugin_state &state, bp_plugin_comm *comm);
-std::int32_t comm_info(bp_plugin_state &state, bp_plugin_comm &comm, bp_plugin_comm_info *info,
-                       bp_error_sink *sink);
-std::int32_t collective_start(bp_plugin_state &state, bp_plugin_comm &comm, const bp_collective_args *args,
-                              bp_plugin_request **out, bp_error_sink *sink);
+  static std::size_t devices_now(const bp_plugin_state &state) { return state.devices.size(); }
 
-// requests.cpp
-std::int32_t request_test(bp_plugin_state &state, bp_plugin_request &request, bool *done, bp_error_sink *sink);
-std::int32_t request_wait(bp_plugin_state &state, bp_plugin_request &request, std::int64_t timeout_ns,
-                          bp_error_sink *sink);
-void request_release(bp_plugin_state &state, bp_plugin_request *request);
+  // discovery.cpp
+  static std::int32_t configure(bp_plugin_state &state, const char *options_json, bp_error_sink *sink);
+  static std::int32_t device_info(bp_plugin_state &state, std::uint32_t device, bp_plugin_device_info &info,
+                                  bp_error_sink *sink);
+  static std::int32_t kind_info(bp_plugin_state &state, bp_plugin_kind_info &info, bp_error_sink *sink);
+
+  // buffers.cpp. No buffer_wrap_host: an OpenCL device does not in general
+  // address the caller's memory.
+  static std::int32_t buffer_allocate(bp_plugin_state &state, bp_plugin_buffer &buffer, bp_error_sink *sink);
+  static std::int32_t buffer_write(bp_plugin_state &state, bp_plugin_buffer &buffer, std::size_t offset,
+                                   const void *source, std::size_t bytes, bp_error_sink *sink);
+  static std::int32_t buffer_read(bp_plugin_state &state, const bp_plugin_buffer &buffer, std::size_t offset,
+                                  void *destination, std::size_t bytes, bp_error_sink *sink);
+
+  // collectives.cpp
+  static std::int32_t comm_create(bp_plugin_state &state, std::span<const std::uint32_t> devices,
+                                  bp_plugin_comm **out, bp_error_sink *sink);
+  static void comm_destroy(bp_plugin_state &state, bp_plugin_comm *comm);
+  static std::int32_t comm_info(bp_plugin_state &state, bp_plugin_comm &comm, bp_plugin_comm_info &info,
+                                bp_error_sink *sink);
+  static std::int32_t collective_start(bp_plugin_state &state, bp_plugin_comm &comm, const bp_collective_args &args,
+                                       bp_plugin_request **out, bp_error_sink *sink);
+
+  // requests.cpp
+  static std::int32_t request_test(bp_plugin_state &state, bp_plugin_request &request, bool &done,
+                                   bp_error_sink *sink);
+  static std::int32_t request_wait(bp_plugin_state &state, bp_plugin_request &request, std::int64_t timeout_ns,
+                                   bp_error_sink *sink);
+  static void request_release(bp_plugin_state &state, bp_plugin_request *request);
+};
 
 }  // namespace backplane::opencl

@@ -97,25 +97,25 @@ bp_plugin_request::~bp_plugin_request() {
 
 namespace backplane::opencl {
 
-std::int32_t request_test(bp_plugin_state &state, bp_plugin_request &request, bool *done, bp_error_sink *sink) {
-  if (done == nullptr) return fail(state.services, sink, BP_INVALID_ARGUMENT, "opencl request_test: done is NULL");
+std::int32_t Backend::request_test(bp_plugin_state &state, bp_plugin_request &request, bool &done,
+                                   bp_error_sink *sink) {
   if (request.complete.load(std::memory_order_acquire)) {
-    *done = true;
+    done = true;
     return BP_OK;
   }
   cl_int status = CL_QUEUED;
   BP_OPENCL_CHECK(execution_status(state, request, &status, sink));
   if (status > CL_COMPLETE) {
-    *done = false;
+    done = false;
     return BP_OK;
   }
   const std::int32_t outcome = finished(state, request, status, sink);
-  if (outcome == BP_OK) *done = true;
+  if (outcome == BP_OK) done = true;
   return outcome;
 }
 
-std::int32_t request_wait(bp_plugin_state &state, bp_plugin_request &request, std::int64_t timeout_ns,
-                          bp_error_sink *sink) {
+std::int32_t Backend::request_wait(bp_plugin_state &state, bp_plugin_request &request, std::int64_t timeout_ns,
+                                   bp_error_sink *sink) {
   if (request.complete.load(std::memory_order_acquire)) return BP_OK;
   cl_int status = CL_QUEUED;
   // Waits far beyond any uptime (where now + timeout would overflow the
@@ -156,8 +156,7 @@ std::int32_t request_wait(bp_plugin_state &state, bp_plugin_request &request, st
   return timed_out(state, request, timeout_ns, sink);
 }
 
-void request_release(bp_plugin_state &state, bp_plugin_request *request) {
-  if (request == nullptr) return;
+void Backend::request_release(bp_plugin_state &state, bp_plugin_request *request) {
   // An older host may release a request in flight; nothing may touch the
   // group's buffers once this returns, so it is waited for first.
   if (!request->complete.load(std::memory_order_acquire)) {

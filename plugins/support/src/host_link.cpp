@@ -44,6 +44,22 @@ void log(const bp_host_services *services, std::int32_t level, const char *categ
   va_end(arguments);
 }
 
+std::int32_t TableCall::fail(std::int32_t code, const char *format, ...) const noexcept {
+  char message[kMessageCapacity];
+  const int prefix = std::snprintf(message, sizeof message, "%s %s: ", plugin, function);
+  if (prefix > 0 && static_cast<std::size_t>(prefix) < sizeof message) {
+    va_list arguments;
+    va_start(arguments, format);
+    std::vsnprintf(message + prefix, sizeof message - static_cast<std::size_t>(prefix), format, arguments);
+    va_end(arguments);
+  }
+  return plugin_support::fail(services, sink, code, "%s", message);
+}
+
+std::int32_t TableCall::null_argument(const char *argument) const noexcept {
+  return fail(BP_INVALID_ARGUMENT, "%s is NULL", argument);
+}
+
 std::int32_t check_single_kind(const bp_host_services *services, bp_error_sink *sink, std::uint32_t kind,
                                const char *kind_name) noexcept {
   if (kind == 0) return BP_OK;

@@ -29,6 +29,21 @@ void log(const bp_host_services *services, std::int32_t level, const char *categ
 void vlog(const bp_host_services *services, std::int32_t level, const char *category, const char *format,
           va_list arguments) noexcept;
 
+// One function of a plugin's table as it reports a failure: through
+// `services` into `sink`, every message beginning "<plugin> <function>: ".
+struct TableCall {
+  const bp_host_services *services;
+  bp_error_sink *sink;
+  const char *plugin;
+  const char *function;
+
+  // fail(), the message after the "<plugin> <function>: " prefix.
+  std::int32_t fail(std::int32_t code, const char *format, ...) const noexcept
+      __attribute__((format(printf, 3, 4)));
+  // BP_INVALID_ARGUMENT: "<plugin> <function>: <argument> is NULL".
+  std::int32_t null_argument(const char *argument) const noexcept;
+};
+
 // BP_INVALID_ARGUMENT unless `kind` is 0, for a plugin with one device kind
 // named `kind_name`.
 std::int32_t check_single_kind(const bp_host_services *services, bp_error_sink *sink, std::uint32_t kind,
