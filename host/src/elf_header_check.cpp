@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 namespace backplane {
@@ -64,18 +65,33 @@ std::string type_name(uint16_t type) {
   }
 }
 
-// Reads exactly `size` bytes at `offset`; false when the file is shorter.
-bool read_at(int fd, void *out, size_t size, off_t offset) {
-  auto *bytes = static_cast<unsigned char *>(out);
-  while (size > 0) {
-    const ssize_t got = ::pread(fd, bytes, size, offset);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return false;
-    bytes += got;
-    size -= static_cast<size_t>(got);
-    offset += got;
+const char *byte_order_name(unsigned char data) {
+  switch (data) {
+    case ELFDATA2LSB: return "little-endian";
+    case ELFDATA2MSB: return "big-endian";
+    default: return "unknown-byte-order";
   }
-  return true;
+}
+
+// Reads up to `size` bytes at `offset`; fewer only where the file ends.
+// nullopt when the read itself fails.
+std::optional<size_t> read_at(int fd, void *out, size_t size, off_t offset) {
+  auto *bytes = static_cast<unsigned char *>(out);
+  size_t total = 0;
+  while (total < size) {
+    const ssize_t got = ::pread(fd, bytes + total, size - total, offset + static_cast<off_t>(total));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return std::nullopt;
+    if (got == 0) break;
+    total += static_cast<size_t>(got);
+  }
+  return total;
+}
+
+// `what_needs`: "segment 3 needs", "the program headers need".
+std::string truncated(const std::string &what_needs, uint64_t needed_end, uint64_t file_size) {
+  return "truncated: " + what_needs + " bytes up to " + std::to_string(needed_end) + ", the file has " +
+         std::to_string(file_size);
 }
 
 }  // namespace
@@ -84,19 +100,23 @@ std::optional<std::string> elf_problem(int fd) {
   struct stat status {};
   if (::fstat(fd, &status) != 0) return std::string("cannot read the file: ") + std::strerror(errno);
   const auto file_size = static_cast<uint64_t>(status.st_size);
-  unsigned char ident[EI_NIDENT] = {};
-  if (file_size < EI_NIDENT || !read_at(fd, ident, EI_NIDENT, 0) || std::memcmp(ident, ELFMAG, SELFMAG) != 0)
-    return std::string("not an ELF file (no ELF magic at its start)");
-  if (ident[EI_CLASS] != ELFCLASS64) {
-    return std::string(ident[EI_CLASS] == ELFCLASS32 ? "a 32-bit ELF file" : "an ELF file of unknown class") +
-           ", this host is 64-bit";
-  }
-  if (ident[EI_DATA] != kHostData)
-    return std::string("an ELF file of the other byte order than this host's");
+  // The identification bytes come first so that a cut header of a real ELF
+  // file is reported as cut, and a foreign one as foreign, whatever its size.
   Elf64_Ehdr header{};
-  if (file_size < sizeof header || !read_at(fd, &header, sizeof header, 0))
-    return "truncated: the ELF header needs " + std::to_string(sizeof header) + " bytes, the file has " +
-           std::to_string(file_size);
+  const std::optional<size_t> header_bytes = read_at(fd, &header, sizeof header, 0);
+  if (!header_bytes) return std::string("cannot read the file: ") + std::strerror(errno);
+  if (*header_bytes == 0) return std::string("not an ELF file (the file is empty)");
+  if (*header_bytes < SELFMAG || std::memcmp(header.e_ident, ELFMAG, SELFMAG) != 0)
+    return std::string("not an ELF file (no ELF magic at its start)");
+  if (*header_bytes > EI_CLASS && header.e_ident[EI_CLASS] != ELFCLASS64) {
+    if (header.e_ident[EI_CLASS] == ELFCLASS32) return std::string("32-bit ELF, this host is 64-bit");
+    return "an ELF file of unknown class " + std::to_string(header.e_ident[EI_CLASS]) + ", this host is 64-bit";
+  }
+  if (*header_bytes > EI_DATA && header.e_ident[EI_DATA] != kHostData) {
+    return std::string(byte_order_name(header.e_ident[EI_DATA])) + " ELF, this host is " +
+           byte_order_name(kHostData);
+  }
+  if (*header_bytes < sizeof header) return truncated("the ELF header needs", sizeof header, file_size);
   if (header.e_machine != kHostMachine)
     return "built for " + machine_name(header.e_machine) + ", this host is " + machine_name(kHostMachine);
   if (header.e_type != ET_DYN) return "not a shared object: it is " + type_name(header.e_type);
@@ -107,12 +127,15 @@ std::optional<std::string> elf_problem(int fd) {
   if (header.e_phnum > kMaxProgramHeaders)
     return std::to_string(header.e_phnum) + " program headers, more than the " +
            std::to_string(kMaxProgramHeaders) + " a host reads";
-  const uint64_t table_end = header.e_phoff + uint64_t{header.e_phnum} * sizeof(Elf64_Phdr);
-  if (header.e_phoff > file_size || table_end > file_size || table_end < header.e_phoff)
-    return "truncated: the program headers need bytes up to " + std::to_string(table_end) + ", the file has " +
-           std::to_string(file_size);
+  const uint64_t table_size = uint64_t{header.e_phnum} * sizeof(Elf64_Phdr);
+  if (header.e_phoff > file_size || table_size > file_size - header.e_phoff) {
+    const uint64_t table_end = header.e_phoff + table_size;
+    if (table_end < header.e_phoff) return std::string("the program header table's offset wraps around");
+    return truncated("the program headers need", table_end, file_size);
+  }
   std::vector<Elf64_Phdr> segments(header.e_phnum);
-  if (!read_at(fd, segments.data(), segments.size() * sizeof(Elf64_Phdr), static_cast<off_t>(header.e_phoff)))
+  const size_t table_bytes = segments.size() * sizeof(Elf64_Phdr);
+  if (read_at(fd, segments.data(), table_bytes, static_cast<off_t>(header.e_phoff)) != table_bytes)
     return std::string("cannot read the program headers");
   bool dynamic = false;
   for (size_t i = 0; i < segments.size(); ++i) {
@@ -122,11 +145,21 @@ std::optional<std::string> elf_problem(int fd) {
     const uint64_t end = segment.p_offset + segment.p_filesz;
     if (end < segment.p_offset)
       return "segment " + std::to_string(i) + " has a file range that wraps around";
-    if (end > file_size)
-      return "truncated: segment " + std::to_string(i) + " needs bytes up to " + std::to_string(end) +
-             ", the file has " + std::to_string(file_size);
+    if (end > file_size) return truncated("segment " + std::to_string(i) + " needs", end, file_size);
   }
   if (!dynamic) return std::string("no dynamic section: not a shared object a loader can link");
+  // The system loader never reads the section headers, but linkers put them
+  // last: a copy cut anywhere after the segments still ends before them.
+  // With more than 0xff00 sections e_shnum is 0 and the table holds at least one entry.
+  if (header.e_shoff != 0) {
+    const uint64_t sections = header.e_shnum != 0 ? header.e_shnum : 1;
+    const uint64_t sections_size = sections * header.e_shentsize;
+    if (header.e_shoff > file_size || sections_size > file_size - header.e_shoff) {
+      const uint64_t sections_end = header.e_shoff + sections_size;
+      if (sections_end < header.e_shoff) return std::string("the section header table's offset wraps around");
+      return truncated("the section headers need", sections_end, file_size);
+    }
+  }
   return std::nullopt;
 }
 
