@@ -372,19 +372,19 @@ TEST(PluginPins, AFileWhoseContentDiffersFromItsPinIsRefusedNamingBothHashes) {
   EXPECT_TRUE(all_reduce_works(*host, "mock", kMockDevices));
 }
 
-TEST(PluginPins, ACorruptPinnedCopyIsRefusedBeforeItsCodeRuns) {
-  // The crashing cut of a real plugin never reaches the system loader.
+TEST(PluginPins, AMismatchIsRefusedBeforeThePluginsCodeRuns) {
+  // The throws fixture's entry throws: had it run, the refusal would be
+  // PLUGIN_INIT. Pinned to another file's hash, it is PLUGIN_LOAD by the pin.
   TempDir dir;
   dir.copy_in(fixture_path("good"));
-  std::ifstream in(fixture_path("throws"), std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  dir.write_file("libbackplane_throws.so", bytes.substr(0, bytes.size() / 2));
-  const std::string pin = sha256_of(fixture_path("throws"));
+  dir.copy_in(fixture_path("throws"));
+  const std::string pin = sha256_of(fixture_path("good"));
   Result<Host> host = host_with_pins(dir, R"({"libbackplane_throws.so": ")" + pin + "\"}");
   ASSERT_TRUE(host) << host.error().json();
   ASSERT_EQ(host->refused().size(), 1u) << describe_refused(*host);
-  EXPECT_EQ(bp_error_code(host->refused()[0]), BP_PLUGIN_LOAD);
+  EXPECT_EQ(bp_error_code(host->refused()[0]), BP_PLUGIN_LOAD) << json_of(host->refused()[0]);
   EXPECT_EQ(text_field(host->refused()[0], "pinned_sha256"), pin);
+  EXPECT_EQ(text_field(host->refused()[0], "sha256"), sha256_of(fixture_path("throws")));
 }
 
 TEST(PluginPins, MalformedPinsAreAConfigError) {
