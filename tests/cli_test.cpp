@@ -1,6 +1,7 @@
-// The `backplane` CLI: its reference (generator, layouts, collectives,
-// comparison) directly, then the built tool end to end as a subprocess,
-// checking its output (parsed as JSON where it prints JSON) and exit codes.
+// The `backplane` CLI: the reference it checks with (tools/reference:
+// encodings, generator, layouts, collectives, comparison) directly, then
+// the built tool end to end as a subprocess, checking its output (parsed
+// as JSON where it prints JSON) and exit codes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,16 +11,19 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "backplane/plugin.h"  // the plugin ABI the in-tree plugins are built with
-#include "reference.hpp"
+#include "backplane_reference/collective_reference.hpp"
 #include "test_support.hpp"
 
 namespace backplane::testing {
 namespace {
 
-using cli::CollectiveCase;
+namespace ref = backplane::reference;
+using ref::CollectiveCase;
 
 // ---- the reference ----------------------------------------------------
 
@@ -28,52 +32,104 @@ TEST(CliReference, HalfConversionsRoundTripAndRoundToNearestEven) {
     const auto h = static_cast<uint16_t>(bits);
     const bool nan = (h & 0x7C00) == 0x7C00 && (h & 0x03FF);
     if (nan) continue;
-    ASSERT_EQ(cli::float_to_half(cli::half_to_float(h)), h) << std::hex << bits;
-    ASSERT_EQ(cli::float_to_bfloat16(cli::bfloat16_to_float(h)), h) << std::hex << bits;
+    ASSERT_EQ(ref::Half::encode(ref::Half::decode(h)), h) << std::hex << bits;
+    ASSERT_EQ(ref::BFloat16::encode(ref::BFloat16::decode(h)), h) << std::hex << bits;
   }
-  EXPECT_EQ(cli::float_to_half(1.0f + 1.0f / 2048), 0x3C00);     // tie: down to even
-  EXPECT_EQ(cli::float_to_half(1.0f + 3.0f / 2048), 0x3C02);     // tie: up to even
-  EXPECT_EQ(cli::float_to_half(65520.0f), 0x7C00);               // rounds past the largest half
-  EXPECT_EQ(cli::float_to_half(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
-  EXPECT_EQ(cli::float_to_bfloat16(1.0f + 1.0f / 256), 0x3F80);  // tie: down to even
-  EXPECT_EQ(cli::float_to_bfloat16(1.0f + 3.0f / 256), 0x3F82);  // tie: up to even
+  EXPECT_EQ(ref::Half::encode(1.0 + 1.0 / 2048), 0x3C00);       // tie: down to even
+  EXPECT_EQ(ref::Half::encode(1.0 + 3.0 / 2048), 0x3C02);       // tie: up to even
+  EXPECT_EQ(ref::Half::encode(65520.0), 0x7C00);                // rounds past the largest half
+  EXPECT_EQ(ref::Half::encode(std::ldexp(1.0, -24)), 0x0001);   // smallest subnormal
+  EXPECT_EQ(ref::BFloat16::encode(1.0 + 1.0 / 256), 0x3F80);    // tie: down to even
+  EXPECT_EQ(ref::BFloat16::encode(1.0 + 3.0 / 256), 0x3F82);    // tie: up to even
 }
 
-// The generator's promise: every sum stays exact, every avg is a whole
-// number, every product is ±1 or ±2, for any group size.
+// Element `index` of an array of `dtype`, as a double (exact for every
+// value the generator makes but the widest integers').
+double value_at(bp_dtype dtype, const std::vector<std::byte> &bytes, size_t index) {
+  return ref::with_dtype(dtype, [&](auto traits) {
+    using E = decltype(traits);
+    if constexpr (E::is_float)
+      return E::to_double(ref::load<E>(bytes.data(), index));
+    else
+      return static_cast<double>(ref::load<E>(bytes.data(), index));
+  });
+}
+
+// The generator's promise: every float sum stays exact, every avg is a
+// whole number, every float product is ±1, ±2 or ±0.5, for any group size.
 TEST(CliReference, GeneratedValuesKeepEveryReductionExact) {
-  const std::map<bp_dtype, int64_t> exact = {{BP_F16, 2048}, {BP_BF16, 256}, {BP_F32, 1 << 24},
-                                             {BP_U8, 255},   {BP_I8, 127},   {BP_I32, INT32_MAX}};
+  const std::map<bp_dtype, double> exact = {{BP_F16, 2048}, {BP_BF16, 256},     {BP_F32, 1 << 24},
+                                            {BP_F64, std::ldexp(1.0, 53)},     {BP_U8, 255},
+                                            {BP_I8, 127},   {BP_I32, INT32_MAX}};
   for (const auto &[dtype, limit] : exact)
     for (size_t ranks : {1, 2, 3, 4, 7, 16})
       for (bp_reduce_op op : {BP_SUM, BP_PROD, BP_MIN, BP_MAX, BP_AVG}) {
-        CollectiveCase c{BP_ALL_REDUCE, dtype, op, 500, ranks, 0, false};
+        // Integers other than avg draw from their full range (below).
+        if (!ref::is_float_dtype(dtype) && op != BP_AVG) continue;
+        const CollectiveCase c{BP_ALL_REDUCE, dtype, op, 500, ranks, 0, false};
+        std::vector<std::vector<std::byte>> in;
+        for (size_t r = 0; r < ranks; ++r) in.push_back(ref::make_contribution(c, r));
         for (size_t i = 0; i < c.count; ++i) {
-          int64_t sum = 0, product = 1;
+          double sum = 0, product = 1;
           for (size_t r = 0; r < ranks; ++r) {
-            int64_t v = cli::input_value(c, r, i);
-            if (dtype == BP_U8) {
-              ASSERT_GE(v, 0);
+            const double v = value_at(dtype, in[r], i);
+            if (op == BP_SUM || op == BP_AVG) {
+              ASSERT_EQ(v, std::trunc(v));
             }
-            sum += v;
-            if (op == BP_PROD) product *= v;  // other ops' inputs may overflow a product
+            sum += v;  // whole numbers within 2^53: exact in double
+            product *= v;
           }
           SCOPED_TRACE(std::string(bp_dtype_name(dtype)) + " " + bp_reduce_op_name(op) + " ranks " +
                        std::to_string(ranks) + " element " + std::to_string(i));
-          ASSERT_LE(std::abs(sum), limit);
+          if (op == BP_SUM || op == BP_AVG) {
+            ASSERT_LE(std::fabs(sum), limit);
+          }
           if (op == BP_AVG) {
-            ASSERT_EQ(sum % static_cast<int64_t>(ranks), 0);
+            ASSERT_EQ(std::fmod(sum, static_cast<double>(ranks)), 0);
           }
           if (op == BP_PROD) {
-            ASSERT_LE(std::abs(product), 2);
+            const double magnitude = std::fabs(product);
+            ASSERT_TRUE(magnitude == 1 || magnitude == 2 || magnitude == 0.5) << product;
           }
         }
       }
 }
 
+// Integer sums use the type's whole range, so they wrap, and the reference
+// wraps as the type's own arithmetic does; copies move bit patterns no
+// arithmetic would keep (NaNs).
+TEST(CliReference, IntegerSumsWrapAndCopiesCarryAnyBitPattern) {
+  const CollectiveCase sum{BP_ALL_REDUCE, BP_I8, BP_SUM, 500, 4, 0, false};
+  std::vector<std::vector<std::byte>> in;
+  for (size_t r = 0; r < sum.ranks; ++r) in.push_back(ref::make_contribution(sum, r));
+  const std::vector<std::byte> result = ref::reference_result(sum, in, 0);
+  size_t wrapped = 0;
+  for (size_t i = 0; i < sum.count; ++i) {
+    int exact = 0;
+    for (size_t r = 0; r < sum.ranks; ++r) exact += ref::load<ref::I8>(in[r].data(), i);
+    wrapped += exact < INT8_MIN || exact > INT8_MAX;
+    ASSERT_EQ(ref::load<ref::I8>(result.data(), i), static_cast<int8_t>(exact)) << "element " << i;
+  }
+  EXPECT_GT(wrapped, sum.count / 4);
+
+  const CollectiveCase u64{BP_ALL_REDUCE, BP_U64, BP_MAX, 64, 2, 0, false};
+  const std::vector<std::byte> wide = ref::make_contribution(u64, 1);
+  size_t high = 0;
+  for (size_t i = 0; i < u64.count; ++i) high += ref::load<ref::U64>(wide.data(), i) >> 63;
+  EXPECT_GT(high, 0u) << "no u64 input uses the top bit";
+
+  const CollectiveCase copy{BP_BROADCAST, BP_F32, BP_SUM, 4096, 2, 0, false};
+  const std::vector<std::byte> moved = ref::make_contribution(copy, 0);
+  size_t nans = 0;
+  for (size_t i = 0; i < copy.count; ++i) nans += std::isnan(ref::load<ref::F32>(moved.data(), i));
+  EXPECT_GT(nans, 0u) << "no copy input is a NaN";
+  EXPECT_EQ(ref::result_equality(BP_BROADCAST), ref::Equality::bits);
+  EXPECT_EQ(ref::result_equality(BP_REDUCE_SCATTER), ref::Equality::value);
+}
+
 TEST(CliReference, InPlaceAppliesToRanksThatUseBothSides) {
   CollectiveCase gather{BP_GATHER, BP_F32, BP_SUM, 10, 4, 2, true};
-  cli::RankLayout root = cli::rank_layout(gather, 2), other = cli::rank_layout(gather, 1);
+  ref::RankLayout root = ref::rank_layout(gather, 2), other = ref::rank_layout(gather, 1);
   EXPECT_TRUE(root.in_place);
   EXPECT_EQ(root.send, 40u);
   EXPECT_EQ(root.input_offset, 20u);  // its own block of the gathered result
@@ -84,7 +140,7 @@ TEST(CliReference, InPlaceAppliesToRanksThatUseBothSides) {
   EXPECT_EQ(other.input_offset, 0u);
 
   CollectiveCase reduce_scatter{BP_REDUCE_SCATTER, BP_I32, BP_SUM, 10, 4, 0, true};
-  cli::RankLayout rank3 = cli::rank_layout(reduce_scatter, 3);
+  ref::RankLayout rank3 = ref::rank_layout(reduce_scatter, 3);
   EXPECT_TRUE(rank3.in_place);
   EXPECT_EQ(rank3.result_offset, 30u);  // the result lands in block 3 of send
   EXPECT_EQ(rank3.result, 10u);
@@ -100,7 +156,7 @@ TEST(CliReference, ReferenceComputesEachCollective) {
   std::vector<std::vector<std::byte>> in = {bytes({1, 2, 3, 4}), bytes({10, 20, 30, 40})};
   auto result = [&](bp_collective collective, bp_reduce_op op, size_t rank) {
     CollectiveCase c{collective, BP_I32, op, 2, 2, 0, false};
-    std::vector<std::byte> got = cli::reference_result(c, in, rank);
+    std::vector<std::byte> got = ref::reference_result(c, in, rank);
     std::vector<int32_t> values(got.size() / 4);
     if (!got.empty()) std::memcpy(values.data(), got.data(), got.size());  // a non-root gets nothing
     return values;
@@ -117,26 +173,38 @@ TEST(CliReference, ReferenceComputesEachCollective) {
 }
 
 TEST(CliReference, CompareCountsWrongElementsAndNamesTheFirst) {
+  const auto value = ref::Equality::value, bits = ref::Equality::bits;
   CollectiveCase c{BP_ALL_REDUCE, BP_BF16, BP_SUM, 64, 4, 0, false};
   std::vector<std::vector<std::byte>> in;
-  for (size_t r = 0; r < 4; ++r) in.push_back(cli::make_contribution(c, r));
-  std::vector<std::byte> expected = cli::reference_result(c, in, 0), got = expected;
-  EXPECT_EQ(cli::compare(BP_BF16, got, expected).wrong, 0u);
+  for (size_t r = 0; r < 4; ++r) in.push_back(ref::make_contribution(c, r));
+  std::vector<std::byte> expected = ref::reference_result(c, in, 0), got = expected;
+  EXPECT_EQ(ref::compare(BP_BF16, got, expected, value).wrong, 0u);
   // The lowest mantissa bit of elements 7 and 9 (little-endian): a
   // different value whatever the element was, zero included.
   got[2 * 7] ^= std::byte{0x01};
   got[2 * 9] ^= std::byte{0x01};
-  cli::Comparison comparison = cli::compare(BP_BF16, got, expected);
+  ref::Comparison comparison = ref::compare(BP_BF16, got, expected, value);
   EXPECT_EQ(comparison.wrong, 2u);
   EXPECT_EQ(comparison.first_index, 7u);
   EXPECT_NE(comparison.got, comparison.expected);
-  // Floats compare by value: -0 equals +0.
-  const uint16_t zeros[2] = {0x0000, 0x8000};
-  EXPECT_EQ(
-      cli::compare(BP_BF16, std::as_bytes(std::span(zeros).first(1)), std::as_bytes(std::span(zeros).last(1))).wrong,
-      0u);
+  // By value, -0 equals +0 and a NaN any NaN; by bits, neither.
+  const uint16_t zeros[2] = {0x0000, 0x8000}, nans[2] = {0x7FC0, 0x7FC1};
+  for (const uint16_t *pair : {zeros, nans}) {
+    const auto a = std::as_bytes(std::span(pair, 1)), b = std::as_bytes(std::span(pair + 1, 1));
+    EXPECT_EQ(ref::compare(BP_BF16, a, b, value).wrong, 0u) << std::hex << pair[0];
+    EXPECT_EQ(ref::compare(BP_BF16, a, b, bits).wrong, 1u) << std::hex << pair[0];
+  }
   // A short result counts what is missing as wrong.
-  EXPECT_EQ(cli::compare(BP_BF16, std::span(expected).first(2 * 60), expected).wrong, 4u);
+  EXPECT_EQ(ref::compare(BP_BF16, std::span(expected).first(2 * 60), expected, value).wrong, 4u);
+}
+
+TEST(CliReference, ValuesPrintAsNumbersAndFloatsWithTheirBits) {
+  const uint16_t one = 0x3F80;
+  const int8_t minus_three = -3;
+  const uint64_t top = UINT64_MAX;
+  EXPECT_EQ(ref::format_value(BP_BF16, reinterpret_cast<const std::byte *>(&one)), "1 (0x3f80)");
+  EXPECT_EQ(ref::format_value(BP_I8, reinterpret_cast<const std::byte *>(&minus_three)), "-3");
+  EXPECT_EQ(ref::format_value(BP_U64, reinterpret_cast<const std::byte *>(&top)), "18446744073709551615");
 }
 
 // ---- the tool, end to end ---------------------------------------------
@@ -245,6 +313,39 @@ TEST_F(CliTest, CapsTableShowsEveryCollective) {
   EXPECT_NE(ran.out.find("cpu (plugin cpu)"), std::string::npos) << ran.out;
   for (const char *collective : {"all_reduce", "reduce_scatter", "all_to_all", "barrier"})
     EXPECT_NE(ran.out.find(collective), std::string::npos) << collective << "\n" << ran.out;
+}
+
+// A row's max_bytes (the limits fixture: all_reduce f32 at most 4096 bytes
+// per buffer, i32 unlimited) as the number in JSON, 0 for no limit, and
+// beside its collective in the table.
+TEST_F(CliTest, CapsShowEachRowsMaxBytes) {
+  TempDir dir;
+  dir.copy_in(fixture_path("limits"));
+  const std::vector<std::string> only_limits = {"--only-plugin-dirs", "--plugin-dir", dir.path().string(), "caps"};
+  std::vector<std::string> json_args = only_limits;
+  json_args.push_back("--json");
+  CommandResult ran = run_cli(json_args);
+  ASSERT_EQ(ran.exit_code, 0) << ran.out;
+  std::map<std::string, uint64_t> all_reduce_limits;
+  for (const nlohmann::json &row : parse(ran)) {
+    ASSERT_TRUE(row["max_bytes"].is_number_unsigned()) << row.dump();
+    if (row["device_kind"] == "limits" && row["collective"] == "all_reduce")
+      all_reduce_limits[row["dtype"].get<std::string>()] = row["max_bytes"].get<uint64_t>();
+  }
+  EXPECT_EQ(all_reduce_limits, (std::map<std::string, uint64_t>{{"f32", 4096}, {"i32", 0}})) << ran.out;
+
+  ran = run_cli(only_limits);
+  ASSERT_EQ(ran.exit_code, 0) << ran.out;
+  EXPECT_NE(ran.out.find("max bytes"), std::string::npos) << ran.out;
+  const size_t row = ran.out.find("\nall_reduce ");
+  ASSERT_NE(row, std::string::npos) << ran.out;
+  const std::string line = ran.out.substr(row + 1, ran.out.find('\n', row + 1) - row - 1);
+  EXPECT_NE(line.find("f32 4 KiB, i32 none"), std::string::npos) << line;
+  // A collective the kind does not run has no limit to show.
+  const size_t gather = ran.out.find("\nall_gather ");
+  ASSERT_NE(gather, std::string::npos) << ran.out;
+  const std::string gather_line = ran.out.substr(gather + 1, ran.out.find('\n', gather + 1) - gather - 1);
+  EXPECT_EQ(gather_line.back(), '-') << gather_line;
 }
 
 TEST_F(CliTest, RunSweepChecksEveryCaseOnTheDefaultFleet) {

@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "reference/collective_reference.hpp"
+#include "backplane_reference/collective_reference.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -131,7 +131,7 @@ class Workload {
   std::size_t bytes() const { return count_ * n_ * sizeof(std::uint64_t); }
 
   std::uint64_t input(std::size_t k, std::size_t rank, std::size_t element) const {
-    return backplane::reference::mix(seed_ * 1'000'003 + k, rank, element);
+    return backplane::reference::input_hash(seed_ * 1'000'003 + k, rank, element);
   }
 
   std::uint64_t expected(std::size_t k, const bp_collective_request &r, std::size_t rank, std::size_t e) const {

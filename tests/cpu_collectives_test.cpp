@@ -1,4 +1,4 @@
-// The cpu plugin's nine collectives against an independent reference: every collective
+// The cpu plugin's nine collectives against the reference (tools/reference): every collective
 // x element type x reduce op x placement, over group sizes, counts and roots. Every
 // byte of every buffer passed is checked, guard bytes past the end included.
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "reference/collective_reference.hpp"
+#include "backplane_reference/collective_reference.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -47,9 +47,6 @@ struct Case {
   Unused unused = Unused::sentinel;
 };
 
-bool reduces(bp_collective c) { return c == BP_ALL_REDUCE || c == BP_REDUCE || c == BP_REDUCE_SCATTER; }
-bool rooted(bp_collective c) { return c == BP_REDUCE || c == BP_BROADCAST || c == BP_GATHER || c == BP_SCATTER; }
-
 const char *placement_name(Placement p) {
   switch (p) {
     case Placement::out_of_place: return "out_of_place";
@@ -61,7 +58,7 @@ const char *placement_name(Placement p) {
 
 std::string case_name(const Case &c) {
   std::string name = std::string(bp_collective_name(c.collective)) + "_" + bp_dtype_name(c.dtype);
-  if (reduces(c.collective)) name += std::string("_") + bp_reduce_op_name(c.op);
+  if (ref::is_reducing(c.collective)) name += std::string("_") + bp_reduce_op_name(c.op);
   name += std::string("_") + placement_name(c.placement);
   if (c.unused == Unused::null) name += "_null_unused";
   return name;
@@ -69,18 +66,6 @@ std::string case_name(const Case &c) {
 
 // How gtest shows a Case (in ctest's test names too).
 void PrintTo(const Case &c, std::ostream *out) { *out << case_name(c); }
-
-// Which of a rank's buffers the collective uses and how many elements each
-// holds, straight from the table in types.h.
-struct Roles {
-  bool send_used, recv_used;
-  std::size_t send_elements, recv_elements;
-};
-
-Roles roles(bp_collective c, std::size_t n, std::size_t count, bool is_root) {
-  const bp_rank_buffers use = bp_rank_buffers_of(c, n, is_root);
-  return {use.uses_send, use.uses_recv, use.send_blocks * count, use.recv_blocks * count};
-}
 
 // Fills `out` with bytes no collective should produce by accident: a
 // pattern different per buffer, repeating with a prime period so that no
@@ -118,13 +103,114 @@ class Runner {
       : host_(host), c_(c), n_(n), count_(count), root_(root), path_(path), size_(bp_dtype_size(c.dtype)) {}
 
   void run() {
-    ref::with_dtype(c_.dtype, [&](auto traits) { run_typed<decltype(traits)>(); });
+    ASSERT_EQ(ref::element_size(c_.dtype), size_);
+    std::vector<Device> devices;
+    for (std::size_t r = 0; r < n_; ++r) {
+      Result<Device> device = host_.find_device(device_name(r));
+      ASSERT_TRUE(device) << device.error().json();
+      devices.push_back(*device);
+    }
+    Result<Group> group = host_.create_group(devices);
+    ASSERT_TRUE(group) << group.error().json();
+
+    // Buffers and where each rank's contribution and result live.
+    std::vector<std::optional<std::size_t>> send_slot(n_), recv_slot(n_);
+    std::vector<ref::RankLayout> layouts;
+    // The root's sizes, for a buffer passed where a rank does not use one.
+    const ref::RankLayout nominal = ref::rank_layout(reference_case(false), root_);
+    for (std::size_t r = 0; r < n_; ++r) {
+      const ref::RankLayout &l = layouts.emplace_back(ref::rank_layout(reference_case(in_place(r)), r));
+      const std::string rank = "[rank " + std::to_string(r) + "]";
+      if (in_place(r) && (l.has_send || l.has_recv)) {
+        // One buffer as both send and recv, as large as the larger used side
+        // (the reference lays a rank that uses one side only out of place).
+        const std::size_t elements = std::max(l.send, l.recv);
+        if (c_.unused == Unused::null && !(l.has_send && l.has_recv)) {
+          const std::size_t id = add_slot((l.has_send ? "send" : "recv") + rank, devices[r], elements * size_);
+          (l.has_send ? send_slot : recv_slot)[r] = id;
+        } else {
+          const std::size_t id = add_slot("send=recv" + rank, devices[r], elements * size_);
+          send_slot[r] = recv_slot[r] = id;
+        }
+      } else {
+        if (l.has_send || c_.unused == Unused::sentinel)
+          send_slot[r] = add_slot((l.has_send ? "send" : "unused send") + rank, devices[r],
+                                  (l.has_send ? l.send : nominal.send) * size_);
+        if (l.has_recv || c_.unused == Unused::sentinel)
+          recv_slot[r] = add_slot((l.has_recv ? "recv" : "unused recv") + rank, devices[r],
+                                  (l.has_recv ? l.recv : nominal.recv) * size_);
+      }
+    }
+
+    // Contributions, different for every rank and element, where each rank's
+    // layout puts them.
+    std::vector<std::vector<std::byte>> contributions(n_);
+    for (std::size_t r = 0; r < n_; ++r) {
+      contributions[r] = ref::make_contribution(reference_case(false), r);
+      if (contributions[r].empty()) continue;  // memcpy from an empty vector's NULL is undefined
+      Slot &slot = slots_[*send_slot[r]];
+      std::memcpy(slot.initial.data() + layouts[r].input_offset * size_, contributions[r].data(),
+                  contributions[r].size());
+    }
+    for (Slot &slot : slots_) {
+      slot.expected = slot.initial;
+      ASSERT_TRUE(slot.buffer.write(0, slot.initial.data(), slot.initial.size()));
+    }
+
+    // The reference result, where each rank's layout puts it.
+    for (std::size_t r = 0; r < n_; ++r) {
+      const std::vector<std::byte> result = ref::reference_result(reference_case(false), contributions, r);
+      if (result.empty()) continue;
+      std::memcpy(slots_[*recv_slot[r]].expected.data() + layouts[r].result_offset * size_, result.data(),
+                  result.size());
+    }
+
+    // Run it.
+    std::vector<bp_buffer *> send(n_, nullptr), recv(n_, nullptr);
+    for (std::size_t r = 0; r < n_; ++r) {
+      if (send_slot[r]) send[r] = slots_[*send_slot[r]].buffer.get();
+      if (recv_slot[r]) recv[r] = slots_[*recv_slot[r]].buffer.get();
+    }
+    Status status = call(*group, send, recv);
+    ASSERT_TRUE(status) << status.error().json();
+
+    // Every byte of every buffer.
+    for (const Slot &slot : slots_) {
+      std::vector<std::uint8_t> actual(slot.expected.size());
+      ASSERT_TRUE(slot.buffer.read(0, actual.data(), actual.size()));
+      if (actual == slot.expected) continue;
+      std::size_t wrong = 0;
+      std::ostringstream first;
+      const std::size_t data_bytes = actual.size() - kGuardBytes;
+      for (std::size_t b = 0; b < actual.size(); b += (b < data_bytes ? size_ : 1)) {
+        const std::size_t width = b < data_bytes ? size_ : 1;
+        if (std::memcmp(actual.data() + b, slot.expected.data() + b, width) == 0) continue;
+        if (++wrong > 6) continue;
+        if (b < data_bytes) {
+          first << "\n  element " << b / size_ << ": expected "
+                << ref::format_value(c_.dtype, reinterpret_cast<const std::byte *>(slot.expected.data() + b))
+                << ", got " << ref::format_value(c_.dtype, reinterpret_cast<const std::byte *>(actual.data() + b))
+                << (std::memcmp(slot.expected.data() + b, slot.initial.data() + b, size_) == 0 ? " (must stay untouched)"
+                                                                                               : "");
+        } else {
+          first << "\n  guard byte " << b - data_bytes << " past the end was written: 0x" << std::hex
+                << int(actual[b]) << std::dec;
+        }
+      }
+      ADD_FAILURE() << slot.label << ": " << wrong << " wrong element(s) of " << data_bytes / size_ << first.str();
+    }
   }
 
  private:
   // Ranks map to devices in a shuffled order (3 is coprime with 8), so a
   // rank/device mix-up shows.
   static std::string device_name(std::size_t rank) { return "cpu:" + std::to_string((rank * 3 + 1) % kDevices); }
+
+  // The call as the reference takes it; rank r's layout comes from the case
+  // with in_place(r), since ranks of a mixed placement differ.
+  ref::CollectiveCase reference_case(bool rank_in_place) const {
+    return {c_.collective, c_.dtype, c_.op, count_, n_, root_, rank_in_place};
+  }
 
   bool in_place(std::size_t rank) const {
     switch (c_.placement) {
@@ -150,173 +236,6 @@ class Runner {
     fill_sentinel(id, slot.initial.data(), bytes);
     slots_.push_back(std::move(slot));
     return id;
-  }
-
-  template <class E>
-  void run_typed() {
-    using S = typename E::storage;
-    ASSERT_EQ(sizeof(S), size_);
-    std::vector<Device> devices;
-    for (std::size_t r = 0; r < n_; ++r) {
-      Result<Device> device = host_.find_device(device_name(r));
-      ASSERT_TRUE(device) << device.error().json();
-      devices.push_back(*device);
-    }
-    Result<Group> group = host_.create_group(devices);
-    ASSERT_TRUE(group) << group.error().json();
-
-    // Buffers and where each rank's contribution lives.
-    std::vector<std::optional<std::size_t>> send_slot(n_), recv_slot(n_);
-    std::vector<std::size_t> contribution_offset(n_, 0);  // bytes into send_slot
-    for (std::size_t r = 0; r < n_; ++r) {
-      const Roles role = roles(c_.collective, n_, count_, r == root_);
-      const std::string rank = "[rank " + std::to_string(r) + "]";
-      if (in_place(r) && (role.send_used || role.recv_used)) {
-        // One buffer as both send and recv, as large as the larger used role.
-        std::size_t elements = 0;
-        if (role.send_used) elements = std::max(elements, role.send_elements);
-        if (role.recv_used) elements = std::max(elements, role.recv_elements);
-        if (c_.unused == Unused::null && !(role.send_used && role.recv_used)) {
-          const std::size_t id = add_slot((role.send_used ? "send" : "recv") + rank, devices[r], elements * size_);
-          (role.send_used ? send_slot : recv_slot)[r] = id;
-        } else {
-          const std::size_t id = add_slot("send=recv" + rank, devices[r], elements * size_);
-          send_slot[r] = recv_slot[r] = id;
-        }
-        // all_gather and gather in place read the rank's own block of recv.
-        if ((c_.collective == BP_ALL_GATHER || (c_.collective == BP_GATHER && r == root_)) && role.recv_used)
-          contribution_offset[r] = r * count_ * size_;
-      } else {
-        const Roles nominal = roles(c_.collective, n_, count_, true);  // sizes for a buffer that is not used
-        if (role.send_used || c_.unused == Unused::sentinel)
-          send_slot[r] = add_slot((role.send_used ? "send" : "unused send") + rank, devices[r],
-                                  (role.send_used ? role.send_elements : nominal.send_elements) * size_);
-        if (role.recv_used || c_.unused == Unused::sentinel)
-          recv_slot[r] = add_slot((role.recv_used ? "recv" : "unused recv") + rank, devices[r],
-                                  (role.recv_used ? role.recv_elements : nominal.recv_elements) * size_);
-      }
-    }
-
-    // Contributions: elements (reductions) or raw bytes (data movement),
-    // different for every rank and element.
-    std::vector<std::vector<S>> contribution(n_);
-    for (std::size_t r = 0; r < n_; ++r) {
-      const Roles role = roles(c_.collective, n_, count_, r == root_);
-      if (!role.send_used) continue;
-      contribution[r].resize(role.send_elements);
-      if (reduces(c_.collective)) {
-        S *values = contribution[r].data();
-        for (std::size_t i = 0; i < role.send_elements; ++i) values[i] = ref::reduce_input<E>(c_.op, r, i);
-      } else {
-        ref::fill_movement_bytes(r, reinterpret_cast<std::uint8_t *>(contribution[r].data()),
-                                 role.send_elements * size_);
-      }
-      if (role.send_elements == 0) continue;  // memcpy from an empty vector's NULL is undefined
-      Slot &slot = slots_[*send_slot[r]];
-      std::memcpy(slot.initial.data() + contribution_offset[r], contribution[r].data(), role.send_elements * size_);
-    }
-    for (Slot &slot : slots_) {
-      slot.expected = slot.initial;
-      ASSERT_TRUE(slot.buffer.write(0, slot.initial.data(), slot.initial.size()));
-    }
-
-    // The reference result.
-    auto output = [&](std::size_t r, std::size_t element) -> std::uint8_t * {
-      return slots_[*recv_slot[r]].expected.data() + element * size_;
-    };
-    S values[kDevices];
-    const S *inputs[kDevices];
-    for (std::size_t r = 0; r < n_; ++r) inputs[r] = contribution[r].data();
-    auto reduced = [&](std::size_t element) {
-      for (std::size_t r = 0; r < n_; ++r) values[r] = inputs[r][element];
-      return ref::reduce_values<E>(c_.op, values, n_);
-    };
-    const std::size_t count = count_;
-    switch (count == 0 ? BP_BARRIER : c_.collective) {  // count 0 writes nothing
-      case BP_ALL_REDUCE:
-        for (std::size_t i = 0; i < count; ++i) {
-          const S value = reduced(i);
-          for (std::size_t r = 0; r < n_; ++r) std::memcpy(output(r, i), &value, size_);
-        }
-        break;
-      case BP_REDUCE:
-        for (std::size_t i = 0; i < count; ++i) {
-          const S value = reduced(i);
-          std::memcpy(output(root_, i), &value, size_);
-        }
-        break;
-      case BP_BROADCAST:
-        for (std::size_t r = 0; r < n_; ++r)
-          std::memcpy(output(r, 0), contribution[root_].data(), count * size_);
-        break;
-      case BP_ALL_GATHER:
-        for (std::size_t r = 0; r < n_; ++r)
-          for (std::size_t j = 0; j < n_; ++j) std::memcpy(output(r, j * count), contribution[j].data(), count * size_);
-        break;
-      case BP_REDUCE_SCATTER:
-        for (std::size_t r = 0; r < n_; ++r) {
-          // In place, rank r's result goes to block r of its send buffer.
-          const std::size_t at = in_place(r) ? r * count : 0;
-          for (std::size_t i = 0; i < count; ++i) {
-            const S value = reduced(r * count + i);
-            std::memcpy(output(r, at + i), &value, size_);
-          }
-        }
-        break;
-      case BP_GATHER:
-        for (std::size_t j = 0; j < n_; ++j)
-          std::memcpy(output(root_, j * count), contribution[j].data(), count * size_);
-        break;
-      case BP_SCATTER:
-        for (std::size_t r = 0; r < n_; ++r) {
-          const std::size_t at = (in_place(r) && r == root_) ? r * count : 0;
-          std::memcpy(output(r, at), contribution[root_].data() + r * count, count * size_);
-        }
-        break;
-      case BP_ALL_TO_ALL:
-        for (std::size_t r = 0; r < n_; ++r)
-          for (std::size_t j = 0; j < n_; ++j)
-            std::memcpy(output(r, j * count), contribution[j].data() + r * count, count * size_);
-        break;
-      default: break;
-    }
-
-    // Run it.
-    std::vector<bp_buffer *> send(n_, nullptr), recv(n_, nullptr);
-    for (std::size_t r = 0; r < n_; ++r) {
-      if (send_slot[r]) send[r] = slots_[*send_slot[r]].buffer.get();
-      if (recv_slot[r]) recv[r] = slots_[*recv_slot[r]].buffer.get();
-    }
-    Status status = call(*group, send, recv);
-    ASSERT_TRUE(status) << status.error().json();
-
-    // Every byte of every buffer.
-    for (const Slot &slot : slots_) {
-      std::vector<std::uint8_t> actual(slot.expected.size());
-      ASSERT_TRUE(slot.buffer.read(0, actual.data(), actual.size()));
-      if (actual == slot.expected) continue;
-      std::size_t wrong = 0;
-      std::ostringstream first;
-      const std::size_t data_bytes = actual.size() - kGuardBytes;
-      for (std::size_t b = 0; b < actual.size(); b += (b < data_bytes ? size_ : 1)) {
-        const std::size_t width = b < data_bytes ? size_ : 1;
-        if (std::memcmp(actual.data() + b, slot.expected.data() + b, width) == 0) continue;
-        if (++wrong > 6) continue;
-        if (b < data_bytes) {
-          S want, got;
-          std::memcpy(&want, slot.expected.data() + b, size_);
-          std::memcpy(&got, actual.data() + b, size_);
-          first << "\n  element " << b / size_ << ": expected " << ref::describe<E>(want) << ", got "
-                << ref::describe<E>(got)
-                << (std::memcmp(slot.expected.data() + b, slot.initial.data() + b, size_) == 0 ? " (must stay untouched)"
-                                                                                               : "");
-        } else {
-          first << "\n  guard byte " << b - data_bytes << " past the end was written: 0x" << std::hex
-                << int(actual[b]) << std::dec;
-        }
-      }
-      ADD_FAILURE() << slot.label << ": " << wrong << " wrong element(s) of " << data_bytes / size_ << first.str();
-    }
   }
 
   Status call(Group &group, const std::vector<bp_buffer *> &send, const std::vector<bp_buffer *> &recv) {
@@ -414,7 +333,8 @@ TEST_P(CpuCollectives, MatchesReference) {
   };
   for (std::size_t n : {1, 2, 3, 4, 8}) {
     for (std::size_t count : {0, 1, 37}) {
-      const std::vector<std::uint32_t> roots = rooted(c.collective) ? roots_for(n) : std::vector<std::uint32_t>{0};
+      const std::vector<std::uint32_t> roots =
+          ref::is_rooted(c.collective) ? roots_for(n) : std::vector<std::uint32_t>{0};
       for (std::uint32_t root : roots) {
         SCOPED_TRACE("group of " + std::to_string(n) + ", count " + std::to_string(count) + ", root " +
                      std::to_string(root) + ", through " + path_name(path_for(count)));
@@ -446,7 +366,7 @@ std::vector<Case> all_cases() {
                           BP_SCATTER, BP_ALL_TO_ALL}) {
     for (bp_dtype t : kAllDtypes) {
       for (Placement p : {Placement::out_of_place, Placement::in_place}) {
-        if (!reduces(c)) {
+        if (!ref::is_reducing(c)) {
           cases.push_back({c, t, BP_SUM, p});
           continue;
         }
@@ -498,14 +418,14 @@ TEST(CpuCollectivesReference, HalfEncodingsMatchKnownBitPatterns) {
   EXPECT_EQ(ref::Half::encode(2049.0), 0x6800);              // tie between 2048 and 2050: 2048
   EXPECT_EQ(ref::Half::encode(2051.0), 0x6802);              // tie between 2050 and 2052: 2052
   EXPECT_EQ(ref::Half::decode(0x3555), 0.333251953125);
-  EXPECT_EQ(ref::BHalf::encode(1.0), 0x3F80);
-  EXPECT_EQ(ref::BHalf::encode(-3.0), 0xC040);
-  EXPECT_EQ(ref::BHalf::encode(257.0), 0x4380);  // tie between 256 and 258: 256
-  EXPECT_EQ(ref::BHalf::encode(259.0), 0x4382);  // tie between 258 and 260: 260
-  EXPECT_EQ(ref::BHalf::decode(0x4049), 3.140625);
+  EXPECT_EQ(ref::BFloat16::encode(1.0), 0x3F80);
+  EXPECT_EQ(ref::BFloat16::encode(-3.0), 0xC040);
+  EXPECT_EQ(ref::BFloat16::encode(257.0), 0x4380);  // tie between 256 and 258: 256
+  EXPECT_EQ(ref::BFloat16::encode(259.0), 0x4382);  // tie between 258 and 260: 260
+  EXPECT_EQ(ref::BFloat16::decode(0x4049), 3.140625);
   for (std::uint32_t bits = 0; bits < 0x7C00; ++bits) {
     ASSERT_EQ(ref::Half::encode(ref::Half::decode(static_cast<std::uint16_t>(bits))), bits);
-    ASSERT_EQ(ref::BHalf::encode(ref::BHalf::decode(static_cast<std::uint16_t>(bits))), bits);
+    ASSERT_EQ(ref::BFloat16::encode(ref::BFloat16::decode(static_cast<std::uint16_t>(bits))), bits);
   }
 }
 
@@ -536,8 +456,9 @@ TEST(CpuCollectivesSemantics, HalfTypesAccumulateInF32AndRoundOnceToNearestEven)
     std::vector<Buffer> buffers;
     std::vector<bp_buffer *> raw;
     for (std::size_t r = 0; r < n; ++r) {
-      const std::uint16_t in = rc.dtype == BP_F16 ? ref::Half::encode(rc.inputs[r]) : ref::BHalf::encode(rc.inputs[r]);
-      ASSERT_EQ(rc.dtype == BP_F16 ? ref::Half::decode(in) : ref::BHalf::decode(in), rc.inputs[r]);
+      const std::uint16_t in =
+          rc.dtype == BP_F16 ? ref::Half::encode(rc.inputs[r]) : ref::BFloat16::encode(rc.inputs[r]);
+      ASSERT_EQ(rc.dtype == BP_F16 ? ref::Half::decode(in) : ref::BFloat16::decode(in), rc.inputs[r]);
       buffers.push_back(Buffer::create(devices[r], 2).value());
       ASSERT_TRUE(buffers.back().write(0, &in, 2));
       raw.push_back(buffers.back().get());
@@ -545,12 +466,12 @@ TEST(CpuCollectivesSemantics, HalfTypesAccumulateInF32AndRoundOnceToNearestEven)
     Status status = group.all_reduce(raw, raw, 1, rc.dtype, BP_SUM);
     ASSERT_TRUE(status) << status.error().json();
     const std::uint16_t want =
-        rc.dtype == BP_F16 ? ref::Half::encode(rc.expected) : ref::BHalf::encode(rc.expected);
+        rc.dtype == BP_F16 ? ref::Half::encode(rc.expected) : ref::BFloat16::encode(rc.expected);
     for (std::size_t r = 0; r < n; ++r) {
       std::uint16_t got = 0;
       ASSERT_TRUE(buffers[r].read(0, &got, 2));
       EXPECT_EQ(got, want) << "rank " << r << ": expected " << rc.expected << ", got "
-                           << (rc.dtype == BP_F16 ? ref::Half::decode(got) : ref::BHalf::decode(got));
+                           << (rc.dtype == BP_F16 ? ref::Half::decode(got) : ref::BFloat16::decode(got));
     }
   }
 }
@@ -584,7 +505,7 @@ TEST(CpuCollectivesSemantics, DeclaresEverythingButIntegerAvg) {
       for (int op = 0; op < BP_REDUCE_OP_COUNT; ++op) {
         const auto collective = static_cast<bp_collective>(c);
         Status status = group.check(collective, t, static_cast<bp_reduce_op>(op));
-        const bool refused = reduces(collective) && op == BP_AVG && !ref::is_float_dtype(t);
+        const bool refused = ref::is_reducing(collective) && op == BP_AVG && !ref::is_float_dtype(t);
         if (refused) {
           ASSERT_FALSE(status) << bp_collective_name(collective) << " " << bp_dtype_name(t) << " avg";
           EXPECT_EQ(status.error().code(), BP_UNSUPPORTED_REDUCE_OP) << status.error().json();

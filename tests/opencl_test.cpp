@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "backplane/plugin.h"
+#include "backplane_reference/staged_case.hpp"
 #include "conformance.hpp"
-#include "reference.hpp"
 #include "test_support.hpp"
 
 extern char **environ;
@@ -355,7 +355,7 @@ struct CollectiveParam {
 std::string param_name(const ::testing::TestParamInfo<CollectiveParam> &info) {
   const CollectiveParam &p = info.param;
   std::string name = std::string(bp_collective_name(p.collective)) + "_" + bp_dtype_name(p.dtype);
-  if (cli::is_reducing(p.collective)) name += std::string("_") + bp_reduce_op_name(p.op);
+  if (reference::is_reducing(p.collective)) name += std::string("_") + bp_reduce_op_name(p.op);
   return name + (p.in_place ? "_in_place" : "_out_of_place");
 }
 
@@ -391,28 +391,28 @@ void expect_matches_reference(Group &group, const std::vector<Device> &ranks, co
                               const std::vector<size_t> &counts) {
   const size_t n = ranks.size();
   std::vector<uint32_t> roots = {0};
-  if (cli::is_rooted(p.collective) && n > 1) {
+  if (reference::is_rooted(p.collective) && n > 1) {
     roots.clear();
     for (uint32_t root = 0; root < n; root += (n > 3 ? static_cast<uint32_t>(n) - 1 : 1)) roots.push_back(root);
   }
   for (size_t count : counts) {
     for (uint32_t root : roots) {
-      const cli::CollectiveCase c{p.collective, p.dtype, p.op, count, n, root, p.in_place};
+      const reference::CollectiveCase c{p.collective, p.dtype, p.op, count, n, root, p.in_place};
       SCOPED_TRACE("ranks " + std::to_string(n) + ", count " + std::to_string(count) + ", root " +
                    std::to_string(root));
-      Result<cli::StagedCase> staged = cli::stage_case(c, ranks, std::byte{0xA5}, count + n);
+      Result<reference::StagedCase> staged = reference::stage_case(c, ranks, std::byte{0xA5}, count + n);
       ASSERT_TRUE(staged) << staged.error().json();
-      ASSERT_TRUE(cli::write_images(*staged));
-      const Status status = group.run(cli::make_request(*staged));
+      ASSERT_TRUE(reference::write_images(*staged));
+      const Status status = group.run(reference::make_request(*staged));
       ASSERT_TRUE(status) << status.error().json();
-      Result<std::vector<cli::Comparison>> results = cli::check_results(*staged);
+      Result<std::vector<reference::Comparison>> results = reference::check_results(*staged);
       ASSERT_TRUE(results) << results.error().json();
       for (size_t r = 0; r < results->size(); ++r) {
-        const cli::Comparison &cmp = (*results)[r];
+        const reference::Comparison &cmp = (*results)[r];
         EXPECT_EQ(cmp.wrong, 0u) << "rank " << r << ": " << cmp.wrong << " wrong, first at " << cmp.first_index
                                  << ": got " << cmp.got << ", expected " << cmp.expected;
       }
-      Result<cli::Change> change = cli::find_change(*staged, true);
+      Result<reference::Change> change = reference::find_change(*staged, true);
       ASSERT_TRUE(change) << change.error().json();
       EXPECT_FALSE(change->changed) << "rank " << change->rank << " " << change->side << " element "
                                     << change->element << " changed: " << change->got << " (was "

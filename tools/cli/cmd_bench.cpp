@@ -23,7 +23,6 @@
 #include "collective_rows.hpp"
 #include "memory_bandwidth.hpp"
 #include "opencl_copy.hpp"
-#include "reference.hpp"
 #include "table.hpp"
 
 namespace backplane::cli {

@@ -1,15 +1,22 @@
 // `backplane caps`: the capability table the host dispatches from, as one
-// matrix per device kind (collectives x element types, each cell the ops).
+// matrix per device kind (collectives x element types, each cell the ops),
+// with the most bytes a buffer may span beside each collective.
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "backplane_reference/collective_reference.hpp"
 #include "cli.hpp"
-#include "reference.hpp"
 #include "table.hpp"
 
 namespace backplane::cli {
 namespace {
+
+using reference::is_reducing;
 
 constexpr uint32_t kAllOps = (1u << BP_REDUCE_OP_COUNT) - 1;
 
@@ -50,7 +57,30 @@ std::string cell(bp_collective collective, uint32_t ops, uint32_t flags) {
 struct Entry {
   std::string plugin;
   uint32_t ops = 0, flags = 0;
+  uint64_t max_bytes = 0;  // 0: no limit
 };
+
+// A limit as the table shows it.
+std::string limit_text(uint64_t max_bytes) { return max_bytes ? format_bytes(max_bytes) : "none"; }
+
+// The "max bytes" column of one collective: "-" where no element type
+// runs, the limit when every element type that runs shares it ("none",
+// "4 KiB"), else each type's ("f32 4 KiB, i32 none").
+std::string limits_cell(const std::map<std::pair<uint32_t, uint32_t>, Entry> &entries, uint32_t collective) {
+  std::vector<std::pair<uint32_t, uint64_t>> limits;  // (dtype, max_bytes)
+  for (uint32_t dtype = 0; dtype < BP_DTYPE_COUNT; ++dtype)
+    if (auto found = entries.find({collective, dtype}); found != entries.end())
+      limits.emplace_back(dtype, found->second.max_bytes);
+  if (limits.empty()) return "-";
+  const bool shared = std::all_of(limits.begin(), limits.end(),
+                                  [&](const auto &limit) { return limit.second == limits.front().second; });
+  if (shared) return limit_text(limits.front().second);
+  std::string text;
+  for (const auto &[dtype, max_bytes] : limits)
+    text += std::string(text.empty() ? "" : ", ") + bp_dtype_name(static_cast<bp_dtype>(dtype)) + " " +
+            limit_text(max_bytes);
+  return text;
+}
 
 }  // namespace
 
@@ -69,6 +99,9 @@ int run_caps(const GlobalOptions &options, bool json) {
       entry.plugin = row.plugin;
       entry.ops |= row.reduce_ops;
       entry.flags |= row.flags;
+      // Should two rows meet in one entry, the tighter limit is the one
+      // that holds for everything the entry says runs.
+      if (row.max_bytes && (!entry.max_bytes || row.max_bytes < entry.max_bytes)) entry.max_bytes = row.max_bytes;
     };
     if (row.dtypes == 0) add(kNoDtype);
     for (uint32_t dtype = 0; dtype < BP_DTYPE_COUNT; ++dtype)
@@ -88,7 +121,8 @@ int run_caps(const GlobalOptions &options, bool json) {
                        {"dtype", dtype},
                        {"reduce_ops", op_names(entry.ops)},
                        {"in_place", (entry.flags & BP_CAPABILITY_IN_PLACE) != 0},
-                       {"out_of_place", (entry.flags & BP_CAPABILITY_OUT_OF_PLACE) != 0}});
+                       {"out_of_place", (entry.flags & BP_CAPABILITY_OUT_OF_PLACE) != 0},
+                       {"max_bytes", entry.max_bytes}});  // 0: no limit
       }
     std::printf("%s\n", out.dump(2).c_str());
     return kExitOk;
@@ -105,6 +139,7 @@ int run_caps(const GlobalOptions &options, bool json) {
     std::vector<Column> columns{{"collective"}};
     for (uint32_t dtype = 0; dtype < BP_DTYPE_COUNT; ++dtype)
       columns.push_back({bp_dtype_name(static_cast<bp_dtype>(dtype))});
+    columns.push_back({"max bytes"});
     Table table(std::move(columns));
     std::string typeless;  // collectives with no element type (barrier): listed below the matrix
     for (uint32_t collective = 0; collective < BP_COLLECTIVE_COUNT; ++collective) {
@@ -121,6 +156,7 @@ int run_caps(const GlobalOptions &options, bool json) {
                             ? "·"
                             : cell(static_cast<bp_collective>(collective), found->second.ops, found->second.flags));
       }
+      cells.push_back(limits_cell(entries, collective));
       table.add_row(std::move(cells));
     }
     table.print(stdout);
@@ -128,7 +164,8 @@ int run_caps(const GlobalOptions &options, bool json) {
   }
   std::printf(
       "\nall = sum,prod,min,max,avg; yes = supported (nothing to reduce); · = not supported;\n"
-      "(in) / (out) = in place only / out of place only\n");
+      "(in) / (out) = in place only / out of place only;\n"
+      "max bytes = the most bytes one buffer of a call may span (none = no limit)\n");
   return kExitOk;
 }
 

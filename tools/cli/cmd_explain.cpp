@@ -4,11 +4,13 @@
 // (bp_group_check) with its alternatives and hint.
 #include <nlohmann/json.hpp>
 
+#include "backplane_reference/collective_reference.hpp"
 #include "cli.hpp"
-#include "reference.hpp"
 
 namespace backplane::cli {
 namespace {
+
+using reference::is_reducing;
 
 template <typename Enum>
 std::vector<std::string> names_of(uint32_t count, const char *(*name)(Enum)) {

@@ -1,7 +1,7 @@
 // `backplane run [FLEET.json]`: brings a fleet up and runs each entry of its
 // workload over its sizes, one row per size in nccl-tests' columns (out of
 // place, then in place), each result checked against the reference
-// (reference.hpp); `--json` for machines. The runner and the rows are
+// (tools/reference); `--json` for machines. The runner and the rows are
 // collective_rows.hpp, shared with `bench`. `run --sweep` is cmd_sweep.cpp.
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -9,7 +9,6 @@
 
 #include "cli.hpp"
 #include "collective_rows.hpp"
-#include "reference.hpp"
 
 namespace backplane::cli {
 

@@ -1,17 +1,27 @@
 // `backplane run --sweep`: on cpu:0..cpu:3, runs every collective the fleet
 // supports over a spread of element types, ops, modes and sizes, checks every
-// result against the reference (reference.hpp) and prints one row per case.
+// result against the reference (tools/reference) and prints one row per case.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
 
+#include "backplane_reference/staged_case.hpp"
 #include "cli.hpp"
-#include "reference.hpp"
 #include "table.hpp"
 
 namespace backplane::cli {
 namespace {
+
+using reference::blocks_per_buffer;
+using reference::check_results;
+using reference::CollectiveCase;
+using reference::Comparison;
+using reference::is_reducing;
+using reference::make_request;
+using reference::stage_case;
+using reference::StagedCase;
+using reference::write_images;
 
 // The default fleet: the first four cpu devices in one group.
 constexpr size_t kDefaultFleetSize = 4;

@@ -12,10 +12,23 @@
 #include <string>
 #include <vector>
 
+#include "backplane_reference/staged_case.hpp"
 #include "cli.hpp"
-#include "reference.hpp"
 
 namespace backplane::cli {
+
+// The reference (tools/reference) under the names the runner and its
+// commands use.
+using reference::blocks_per_buffer;
+using reference::check_results;
+using reference::CollectiveCase;
+using reference::Comparison;
+using reference::is_reducing;
+using reference::is_rooted;
+using reference::make_contribution;
+using reference::make_request;
+using reference::rank_layout;
+using reference::RankLayout;
 
 // nccl-tests' bus bandwidth factors (its doc/PERFORMANCE.md): what turns
 // algorithm bandwidth into the bandwidth each link needs, comparable across

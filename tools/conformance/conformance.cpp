@@ -1,5 +1,6 @@
 // The conformance suite (see conformance.hpp): what a plugin declares, run
-// and compared with the CLI's reference; what it does not, refused exactly.
+// and compared with the reference (tools/reference); what it does not,
+// refused exactly.
 #include "conformance.hpp"
 
 #include <algorithm>
@@ -12,14 +13,14 @@
 #include <utility>
 
 #include "backplane/backplane.hpp"
-#include "reference.hpp"
+#include "backplane_reference/staged_case.hpp"
 
 namespace backplane::conformance {
 namespace {
 
-using cli::CollectiveCase;
-using cli::is_reducing;
-using cli::is_rooted;
+using reference::CollectiveCase;
+using reference::is_reducing;
+using reference::is_rooted;
 
 // What every buffer region that is not an input holds before a call, so
 // that a plugin leaving its output untouched cannot pass.
@@ -282,9 +283,10 @@ class KindSuite {
   // find and report.
   bool probe_refuses_mode(Group &group, const DeviceFacts &facts, const Combo &combo, Mode mode) {
     const CollectiveCase c{combo.collective, combo.dtype, combo.op, 0, 1, 0, mode == Mode::in_place};
-    Result<cli::StagedCase> staged = cli::stage_case(c, std::span<const Device>(&facts.device, 1), kMarker);
-    if (!staged || !cli::write_images(*staged)) return false;
-    Status status = group.run(cli::make_request(*staged));
+    Result<reference::StagedCase> staged =
+        reference::stage_case(c, std::span<const Device>(&facts.device, 1), kMarker);
+    if (!staged || !reference::write_images(*staged)) return false;
+    Status status = group.run(reference::make_request(*staged));
     return !status && status.error().code() == BP_UNSUPPORTED_DEVICE;
   }
 
@@ -451,22 +453,22 @@ class KindSuite {
   void declared_case(Group &group, const std::vector<Device> &ranks, ConformanceRow &r, const std::string &name,
                      const CollectiveCase &c) {
     const std::string where = case_text(name, c);
-    Result<cli::StagedCase> staged = cli::stage_case(c, ranks, kMarker);
+    Result<reference::StagedCase> staged = reference::stage_case(c, ranks, kMarker);
     if (!staged) return fail(r, where + ": creating buffers: " + error_text(staged.error()));
-    if (Status written = cli::write_images(*staged); !written)
+    if (Status written = reference::write_images(*staged); !written)
       return fail(r, where + ": writing buffers: " + error_text(written.error()));
-    if (Status status = group.run(cli::make_request(*staged)); !status)
+    if (Status status = group.run(reference::make_request(*staged)); !status)
       return fail(r, where + ": declared but answered " + error_text(status.error()));
-    Result<std::vector<cli::Comparison>> compared = cli::check_results(*staged);
+    Result<std::vector<reference::Comparison>> compared = reference::check_results(*staged);
     if (!compared) return fail(r, where + ": reading results: " + error_text(compared.error()));
     for (size_t rank = 0; rank < c.ranks; ++rank) {
-      const cli::Comparison &comparison = (*compared)[rank];
+      const reference::Comparison &comparison = (*compared)[rank];
       if (comparison.wrong == 0) continue;
       return fail(r, where + ": rank " + std::to_string(rank) + " element " + std::to_string(comparison.first_index) +
                          ": got " + comparison.got + ", expected " + comparison.expected + " (" +
                          std::to_string(comparison.wrong) + " wrong)");
     }
-    Result<cli::Change> change = cli::find_change(*staged, /*results_may_change=*/true);
+    Result<reference::Change> change = reference::find_change(*staged, /*results_may_change=*/true);
     if (!change) return fail(r, where + ": reading buffers: " + error_text(change.error()));
     if (change->changed)
       return fail(r, where + ": rank " + std::to_string(change->rank) + " " + change->side + " element " +
@@ -480,15 +482,15 @@ class KindSuite {
   void refused_case(Group &group, const std::vector<Device> &ranks, ConformanceRow &r, const std::string &name,
                     const Expectation &expected, const CollectiveCase &c) {
     const std::string where = case_text(name, c);
-    Result<cli::StagedCase> staged = cli::stage_case(c, ranks, kMarker);
+    Result<reference::StagedCase> staged = reference::stage_case(c, ranks, kMarker);
     if (!staged) return fail(r, where + ": creating buffers: " + error_text(staged.error()));
-    if (Status written = cli::write_images(*staged); !written)
+    if (Status written = reference::write_images(*staged); !written)
       return fail(r, where + ": writing buffers: " + error_text(written.error()));
-    const Status status = group.run(cli::make_request(*staged));
+    const Status status = group.run(reference::make_request(*staged));
     if (status) return fail(r, where + ": ran, but expected " + expected.reason);
     if (status.error().code() != expected.code)
       return fail(r, where + ": answered " + error_text(status.error()) + ", expected " + expected.reason);
-    Result<cli::Change> change = cli::find_change(*staged, /*results_may_change=*/false);
+    Result<reference::Change> change = reference::find_change(*staged, /*results_may_change=*/false);
     if (!change) return fail(r, where + ": reading buffers: " + error_text(change.error()));
     if (change->changed)
       return fail(r, where + ": refused, but rank " + std::to_string(change->rank) + " " + change->side + " element " +
