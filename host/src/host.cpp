@@ -2,6 +2,9 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <system_error>
+
+#include <boost/dll/runtime_symbol_info.hpp>
 
 #include "extensions.hpp"
 #include "file_digest.hpp"
@@ -41,22 +44,32 @@ void rebuild_capability_listing(bp_host &host) {
   }
 }
 
-Expected<bp_host *> create_host(const bp_host_options *given) {
-  bp_host_options options{};
-  if (given) {
-    if (given->struct_size < BP_HOST_OPTIONS_SIZE_V1_0) {
-      return Error(BP_INVALID_ARGUMENT, "bp_host_options.struct_size is " + std::to_string(given->struct_size) +
-                                            ", less than its 1.0 size " +
-                                            std::to_string(BP_HOST_OPTIONS_SIZE_V1_0))
-          .hint("set struct_size = sizeof(bp_host_options)");
-    }
-    std::memcpy(&options, given, std::min(given->struct_size, sizeof options));
-    skip_unknown_extensions(options.next, "bp_host_options");
-    if (options.plugin_dir_count > 0 && !options.plugin_dirs)
-      return Error(BP_INVALID_ARGUMENT, "bp_host_options.plugin_dirs is NULL with a count of " +
-                                            std::to_string(options.plugin_dir_count));
+std::filesystem::path host_library_directory() {
+  std::error_code error;
+  std::filesystem::path library = boost::dll::this_line_location(error);
+  return error ? std::filesystem::path() : library.parent_path();
+}
+
+Expected<CheckedHostOptions> check_host_options(const bp_host_options *given) {
+  CheckedHostOptions checked;
+  bp_host_options &options = checked.options;
+  if (!given) return checked;
+  if (given->struct_size < BP_HOST_OPTIONS_SIZE_V1_0) {
+    return Error(BP_INVALID_ARGUMENT, "bp_host_options.struct_size is " + std::to_string(given->struct_size) +
+                                          ", less than its 1.0 size " + std::to_string(BP_HOST_OPTIONS_SIZE_V1_0))
+        .hint("set struct_size = sizeof(bp_host_options)");
   }
-  auto host = std::make_unique<bp_host>();
+  std::memcpy(&options, given, std::min(given->struct_size, sizeof options));
+  skip_unknown_extensions(options.next, "bp_host_options");
+  if (options.plugin_dir_count > 0 && !options.plugin_dirs)
+    return Error(BP_INVALID_ARGUMENT, "bp_host_options.plugin_dirs is NULL with a count of " +
+                                          std::to_string(options.plugin_dir_count));
+  for (size_t i = 0; i < options.plugin_dir_count; ++i) {
+    if (!options.plugin_dirs[i])
+      return Error(BP_INVALID_ARGUMENT, "bp_host_options.plugin_dirs[" + std::to_string(i) + "] is NULL (of " +
+                                            std::to_string(options.plugin_dir_count) + ")")
+          .hint("pass plugin_dir_count directory names, none of them NULL");
+  }
   if (options.plugin_options_json && *options.plugin_options_json) {
     nlohmann::json parsed = nlohmann::json::parse(options.plugin_options_json, nullptr, false);
     if (parsed.is_discarded() || !parsed.is_object()) {
@@ -71,13 +84,23 @@ Expected<bp_host *> create_host(const bp_host_options *given) {
             .hint("give an object keyed by device kind, e.g. {\"cpu\": {\"devices\": 8}}");
       }
     }
-    host->plugin_options = std::move(parsed);
+    checked.plugin_options = std::move(parsed);
   }
+  return checked;
+}
+
+Expected<bp_host *> create_host(const bp_host_options *given) {
+  Expected<CheckedHostOptions> checked = check_host_options(given);
+  if (!checked) return checked.take_error();
+  const bp_host_options &options = checked->options;
+  auto host = std::make_unique<bp_host>();
+  host->plugin_options = std::move(checked->plugin_options);
   if (options.plugin_pins_json) {
     Expected<PluginPins> pins = parse_plugin_pins(options.plugin_pins_json);
     if (!pins) return pins.take_error().with("pointer", "/plugin_pins_json");
     host->plugin_pins = std::move(*pins);
   }
+  host->probe = probe_options((options.flags & BP_HOST_PROBE) != 0);
   load_search_path(*host, options);
   return host.release();
 }

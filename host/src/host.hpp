@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -10,6 +11,7 @@
 #include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <boost/dll/shared_library.hpp>
@@ -19,6 +21,7 @@
 #include "backplane/plugin.h"
 #include "capability_table.hpp"
 #include "error.hpp"
+#include "probe.hpp"
 #include "text.hpp"
 
 // Where a plugin function reports its failure (host_services.report_error).
@@ -143,6 +146,9 @@ struct bp_buffer {
   bp_device *device = nullptr;
   bp_plugin_buffer *handle = nullptr;
   size_t bytes = 0;
+  // The caller's memory of bp_buffer_wrap_host (NULL otherwise): dispatch
+  // refuses a call whose ranks' wrapped ranges overlap.
+  const std::byte *host_memory = nullptr;
 };
 
 namespace backplane {
@@ -213,6 +219,10 @@ struct bp_host {
   nlohmann::json plugin_options = nlohmann::json::object();
   // Plugin file name -> SHA-256 hex its content must have (bp_host_options).
   std::map<std::string, std::string, std::less<>> plugin_pins;
+  // Whether each plugin file is loaded in a probe process first (probe.hpp):
+  // set at creation; a fleet's "probe": true sets probe = probe_options(true)
+  // before its plugin_dirs load.
+  backplane::ProbeOptions probe;
   std::vector<std::filesystem::path> loaded_files;  // canonical, to skip repeats
   // From fleets: device names (a name with a count stands for several),
   // groups the host owns, and the workload.
@@ -227,6 +237,10 @@ namespace backplane {
 
 const bp_host_services &host_services();
 
+// The folder libbackplane.so itself is in (empty when unknown): plugins and
+// the probe helper are found relative to it (host.cpp).
+std::filesystem::path host_library_directory();
+
 // Loading (plugin_loader.cpp). Both take the host's lock themselves.
 void load_search_path(bp_host &host, const bp_host_options &options);
 Status load_plugin_file(bp_host &host, const std::filesystem::path &file);
@@ -236,6 +250,11 @@ void load_directory(bp_host &host, const std::filesystem::path &directory, bool 
 // Creates a group (bp_group_create's work).
 Status create_group(bp_host *host, bp_device *const *ranks, size_t rank_count, const bp_group_options *options,
                     bp_group **out);
+
+// The refusal of libbackplane_<kind>.so when it refused the options it was
+// given (its entry returned BP_CONFIG), else NULL; caller holds the lock
+// (c_api.cpp). A kind missing for that reason is a CONFIG problem.
+const bp_error *options_refusal(const bp_host &host, std::string_view kind);
 
 // Rebuilds capability_listing from the kinds; caller holds the lock.
 void rebuild_capability_listing(bp_host &host);
@@ -261,6 +280,14 @@ bool test_event(bp_event *event);
 void destroy_event(bp_event *event);
 // Waits for every collective of the group still in flight (bp_group_destroy).
 void finish_in_flight(bp_group &group);
-// Host creation (host.cpp).
+// Host creation (host.cpp). check_host_options is every check
+// bp_host_create makes of its options, for the entry points that take
+// bp_host_options too (bp_host_create_from_fleet_file): a copy zero-extended
+// to this version's size, and plugin_options_json parsed.
+struct CheckedHostOptions {
+  bp_host_options options{};
+  nlohmann::json plugin_options = nlohmann::json::object();
+};
+Expected<CheckedHostOptions> check_host_options(const bp_host_options *given);
 Expected<bp_host *> create_host(const bp_host_options *options);
 }  // namespace backplane

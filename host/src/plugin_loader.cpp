@@ -15,8 +15,6 @@
 #include <system_error>
 #include <utility>
 
-#include <boost/dll/runtime_symbol_info.hpp>
-
 #include "elf_header_check.hpp"
 #include "extensions.hpp"
 #include "file_digest.hpp"
@@ -310,6 +308,11 @@ Status check_pin(const bp_host &host, const fs::path &file, const std::string &s
       .hint("install the pinned build of " + name + ", or update its pin (sha256sum '" + file.string() + "')");
 }
 
+// What bp_plugin_entry gets as options_json, in process and in a probe.
+std::string entry_options_json(const bp_host &host) {
+  return host.plugin_options.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 Status open_and_enter(const bp_host &host, const fs::path &file, Candidate &candidate) {
   const std::string path = file.string();
   OpenedPluginFile opened;
@@ -331,6 +334,11 @@ Status open_and_enter(const bp_host &host, const fs::path &file, Candidate &cand
   Expected<std::string> sha256 = sha256_of_file(opened.fd(), path);
   if (!sha256) return sha256.take_error();
   if (Status status = check_pin(host, file, *sha256); !status) return status;
+  // A plugin that crashes or hangs does so in the probe's process, not here.
+  if (host.probe.enabled) {
+    if (Status status = probe_plugin_file(path, opened.fd(), entry_options_json(host), host.probe); !status)
+      return status;
+  }
 
   auto plugin = std::make_unique<LoadedPlugin>();
   plugin->file = one_line_utf8(path);  // for listings; `file` itself is what is opened
@@ -362,7 +370,7 @@ Status open_and_enter(const bp_host &host, const fs::path &file, Candidate &cand
   args.host_abi_minor = BP_PLUGIN_ABI_MINOR;
   args.services = &host_services();
   args.sink = &sink;
-  const std::string options_text = host.plugin_options.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  const std::string options_text = entry_options_json(host);
   args.options_json = options_text.c_str();
   int32_t code;
   // From here on the plugin's code has run: unload it only once its destroy
@@ -711,10 +719,8 @@ void load_directory(bp_host &host, const fs::path &given_directory, bool must_ex
 namespace {
 
 fs::path install_plugin_directory() {
-  std::error_code error;
-  fs::path library = boost::dll::this_line_location(error);
-  if (error) return {};
-  return library.parent_path() / BACKPLANE_PLUGIN_RELATIVE_DIR;
+  const fs::path library_directory = host_library_directory();
+  return library_directory.empty() ? fs::path() : library_directory / BACKPLANE_PLUGIN_RELATIVE_DIR;
 }
 
 }  // namespace

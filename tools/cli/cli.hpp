@@ -23,6 +23,7 @@ struct GlobalOptions {
   std::vector<std::string> plugin_dirs;  // searched first, in order
   std::string plugin_options_json;       // validated JSON object, or empty
   bool only_plugin_dirs = false;         // skip BACKPLANE_PLUGIN_PATH and the install dir
+  bool probe = false;                    // load each plugin in a probe process first (BP_HOST_PROBE)
 };
 
 // The host options the global options stand for.

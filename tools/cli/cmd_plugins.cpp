@@ -1,5 +1,6 @@
 // `backplane plugins`: which plugin files were loaded, and which were found
-// but refused, with the loader's reason.
+// but refused, with the loader's reason (and, with --probe, what a plugin
+// that crashed or hung in its probe process wrote last).
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -18,6 +19,20 @@ std::string join(const std::vector<std::string> &items, const char *separator) {
 std::string field_or(const bp_error *error, const char *key, const char *fallback) {
   const char *value = bp_error_field(error, key);
   return value ? value : fallback;
+}
+
+// What plugins refused by a probe (--probe) wrote last before they crashed,
+// exited or hung: often the line that says why.
+void print_probe_output(const std::vector<const bp_error *> &refused) {
+  for (const bp_error *error : refused) {
+    const char *tail = bp_error_field(error, "output_tail");
+    if (!tail) continue;
+    const nlohmann::json lines = nlohmann::json::parse(tail, nullptr, /*allow_exceptions=*/false);
+    if (!lines.is_array() || lines.empty()) continue;
+    std::printf("\nlast output of %s in its probe:\n", field_or(error, "file", "?").c_str());
+    for (const nlohmann::json &line : lines)
+      if (line.is_string()) std::printf("  %s\n", line.get<std::string>().c_str());
+  }
 }
 
 }  // namespace
@@ -79,6 +94,7 @@ int run_plugins(const GlobalOptions &options, bool json) {
       table.add_row({field_or(error, "file", "?"), bp_code_name(bp_error_code(error)), bp_error_message(error)});
     std::printf("\nrefused:\n");
     table.print(stdout);
+    print_probe_output(refused);
   }
   // Listing refused files is what this command is for, so they are not a
   // failure of the command itself.

@@ -1,6 +1,9 @@
 // `backplane`: the command-line tool over the host library. Parses the
 // global options and the subcommand, then hands over to cmd_<name>.cpp.
 #include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+#include <new>
 #include <nlohmann/json.hpp>
 
 #include "cli.hpp"
@@ -33,6 +36,8 @@ int main(int argc, char **argv) {
   bool json = false;
   CLI::App *plugins = app.add_subcommand("plugins", "Plugin files found: loaded, and refused with the reason");
   plugins->add_flag("--json", json, "Print JSON");
+  plugins->add_flag("--probe", options.probe,
+                    "Load each plugin file in a probe process first: one that crashes or hangs is refused");
   CLI::App *devices = app.add_subcommand("devices", "Devices of the loaded plugins");
   devices->add_flag("--json", json, "Print JSON");
   CLI::App *caps = app.add_subcommand("caps", "Capability matrix: device kinds x collectives x types x ops");
@@ -162,16 +167,30 @@ int main(int argc, char **argv) {
     options.plugin_options_json = parsed.dump();
   }
 
-  if (plugins->parsed()) return cli::run_plugins(options, json);
-  if (devices->parsed()) return cli::run_devices(options, json);
-  if (caps->parsed()) return cli::run_caps(options, json);
-  if (validate->parsed()) return cli::run_validate(options, fleet_file, json);
-  if (run->parsed()) return cli::run_run(options, fleet_file, json, sweep);
-  if (explain->parsed()) return cli::run_explain(options, fleet_file, explain_request, json);
-  if (bench->parsed()) {
-    bench_options.devices_given = bench_devices->count() > 0;
-    return cli::run_bench(options, bench_options);
+  auto run_subcommand = [&]() -> int {
+    if (plugins->parsed()) return cli::run_plugins(options, json);
+    if (devices->parsed()) return cli::run_devices(options, json);
+    if (caps->parsed()) return cli::run_caps(options, json);
+    if (validate->parsed()) return cli::run_validate(options, fleet_file, json);
+    if (run->parsed()) return cli::run_run(options, fleet_file, json, sweep);
+    if (explain->parsed()) return cli::run_explain(options, fleet_file, explain_request, json);
+    if (bench->parsed()) {
+      bench_options.devices_given = bench_devices->count() > 0;
+      return cli::run_bench(options, bench_options);
+    }
+    if (conform->parsed()) return cli::run_conform(options, conform_file, json, conform_quick);
+    return cli::kExitUsage;  // unreachable: one subcommand was parsed
+  };
+  // An exception the subcommand did not expect (memory running out for a
+  // reference copy, say) ends it with one line and exit code 1, not abort().
+  try {
+    return run_subcommand();
+  } catch (const std::bad_alloc &) {
+    std::fprintf(stderr, "error: out of memory\n");
+  } catch (const std::exception &error) {
+    std::fprintf(stderr, "error: %s\n", error.what());
+  } catch (...) {
+    std::fprintf(stderr, "error: an exception of unknown type\n");
   }
-  if (conform->parsed()) return cli::run_conform(options, conform_file, json, conform_quick);
-  return cli::kExitUsage;  // unreachable: one subcommand was parsed
+  return cli::kExitFailure;
 }

@@ -116,6 +116,14 @@ BP_API bool bp_collective_from_name(const char *name, bp_collective *out);
 /* host flags */
 #define BP_HOST_IGNORE_ENV_PATH 0x1u     /* skip BACKPLANE_PLUGIN_PATH */
 #define BP_HOST_IGNORE_INSTALL_PATH 0x2u /* skip the install directory */
+/* Since 1.2: load each plugin file first in a probe process of its own
+ * (backplane-probe, installed beside this library), so that a plugin that
+ * crashes, exits or hangs while loading is refused (BP_PLUGIN_LOAD when it
+ * died in its constructors, BP_PLUGIN_INIT after) instead of taking the
+ * process down. BACKPLANE_PROBE=1 turns it on as well; the wait is
+ * BACKPLANE_PROBE_TIMEOUT_MS (default 5000). Files that passed are
+ * remembered in the cache folder, so later starts skip them. */
+#define BP_HOST_PROBE 0x4u
 
 typedef struct bp_host_options {
   size_t struct_size;
