@@ -641,8 +641,8 @@ TEST(FleetFile, PluginNotFoundListsRefusedFilesAndKnownKinds) {
   const std::string listed = all_strings(refused);
   EXPECT_TRUE(contains(listed, garbage.filename().string())) << refused.dump();
   EXPECT_TRUE(contains(listed, too_new.filename().string())) << refused.dump();
-  const std::string loader_reason = system_loader_reason(garbage);
-  ASSERT_FALSE(loader_reason.empty());
+  // The host's ELF check refuses it before the system loader sees it.
+  const std::string loader_reason = "not an ELF file (no ELF magic at its start)";
   EXPECT_TRUE(contains(listed, loader_reason)) << "the garbage file's reason '" << loader_reason
                                                << "' is not listed: " << refused.dump();
 }

@@ -102,8 +102,8 @@ TEST(Log, LoaderAtDebugSaysWhatItDidWithEveryFile) {
   EXPECT_TRUE(any_line_has(about_cpu, "loaded")) << "no line says the cpu plugin was loaded:" << log.dump();
 
   std::vector<LogLine> about_bogus = log.mentioning(dir.bogus.string());
-  const std::string reason = system_loader_reason(dir.bogus);
-  ASSERT_FALSE(reason.empty());
+  // The host's ELF check refuses it before the system loader sees it.
+  const std::string reason = "not an ELF file (no ELF magic at its start)";
   EXPECT_TRUE(any_line_has(about_bogus, reason))
       << "no line gives the refusal of " << dir.bogus << " with the reason '" << reason << "':" << log.dump();
   EXPECT_TRUE(any_line_has(about_bogus, "refus") || any_line_has(about_bogus, "cannot load"))
