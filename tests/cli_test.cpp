@@ -239,6 +239,10 @@ TEST_F(CliTest, PluginsJsonListsLoadedAndRefusedFiles) {
   EXPECT_EQ(cpu["device_kinds"], nlohmann::json::array({"cpu"}));
   EXPECT_EQ(std::filesystem::path(cpu["file"].get<std::string>()).parent_path(), dir.path());
   EXPECT_FALSE(cpu["version"].get<std::string>().empty());
+  // The SHA-256 of the file as loaded, what bp_host_options.plugin_pins_json compares.
+  const std::string sha256 = cpu["sha256"].get<std::string>();
+  EXPECT_EQ(sha256.size(), 64u) << out.dump(2);
+  EXPECT_EQ(sha256.find_first_not_of("0123456789abcdef"), std::string::npos) << sha256;
 
   ASSERT_EQ(out["refused"].size(), 1u) << out.dump(2);
   const nlohmann::json &bogus = out["refused"][0];

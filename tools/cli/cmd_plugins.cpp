@@ -55,6 +55,7 @@ int run_plugins(const GlobalOptions &options, bool json) {
                                {"version", plugin.version},
                                {"abi", std::to_string(plugin.abi_major) + "." + std::to_string(plugin.abi_minor)},
                                {"file", plugin.file},
+                               {"sha256", plugin.sha256},
                                {"device_kinds", plugin.device_kinds},
                                {"kind_status", std::move(kind_status)}});
     }
