@@ -220,6 +220,29 @@ TEST_F(CliBenchTest, BadNamesAreUsageErrorsWithASuggestion) {
   EXPECT_EQ(run_cli({"bench", "reduce", "-g", "2", "-r", "2"}, StderrTo::discard).exit_code, 2);
 }
 
+// -g N asks the cpu plugin for N devices; past what it takes, its own
+// reason is the error (not "no plugin provides cpu").
+TEST_F(CliBenchTest, DevicesThePluginRefusesGiveItsReason) {
+  CommandResult ran = run_cli({"bench", "all_reduce", "-g", "100000"}, StderrTo::out);
+  EXPECT_EQ(ran.exit_code, 1) << ran.out;
+  EXPECT_NE(ran.out.find(R"(error: device 'cpu:0' does not exist: plugin 'cpu' configure failed: cpu options: )"
+                         R"("devices" is 100000, outside 1..1024)"),
+            std::string::npos)
+      << ran.out;
+}
+
+// Each timed call keeps its time: -n is bounded (as a fleet's iterations).
+TEST_F(CliBenchTest, IterationsAreBounded) {
+  CommandResult ran = run_cli({"bench", "all_reduce", "-n", "1000000000"}, StderrTo::out);
+  EXPECT_EQ(ran.exit_code, 2) << ran.out;
+  EXPECT_NE(ran.out.find("-n 1000000000: at most 1000000 timed iterations per size and mode"), std::string::npos)
+      << ran.out;
+  ran = run_cli({"bench", "all_reduce", "-w", "1000000001"}, StderrTo::out);
+  EXPECT_EQ(ran.exit_code, 2) << ran.out;
+  EXPECT_NE(ran.out.find("-w 1000000001: at most 1000000 warmup iterations per size and mode"), std::string::npos)
+      << ran.out;
+}
+
 TEST_F(CliBenchTest, AllRunsEveryCollectiveOfTheGroup) {
   CommandResult ran = run_cli({"bench", "all", "-g", "3", "-b", "8", "-e", "4K", "-f", "8", "-n", "2", "-w", "1"});
   ASSERT_EQ(ran.exit_code, 0) << ran.out;

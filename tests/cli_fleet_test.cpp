@@ -245,6 +245,31 @@ TEST_F(CliFleetTest, RunOfAFleetThatDoesNotLoadFailsWithItsProblems) {
   EXPECT_NE(ran.out.find(fleet + ":/devices/0/kind: "), std::string::npos) << ran.out;
 }
 
+// With --json, machines reading stdout get the refusal there, as JSON.
+TEST_F(CliFleetTest, RunJsonOfAFleetThatDoesNotLoadPrintsTheErrorAsJson) {
+  TempDir dir;
+  const std::string fleet = dir.write_file("bad.json", kBadFleet).string();
+  CommandResult ran = run_cli({"run", fleet, "--json"}, StderrTo::discard);
+  EXPECT_EQ(ran.exit_code, 1) << ran.out;
+  nlohmann::json out = parse(ran);
+  EXPECT_EQ(out["fleet"], fleet) << out.dump(2);
+  EXPECT_EQ(out["ok"], false) << out.dump(2);
+  EXPECT_EQ(out["error"]["code"], "PLUGIN_NOT_FOUND") << out.dump(2);
+  std::set<std::string> pointers;
+  for (const nlohmann::json &problem : out["error"]["problems"]) pointers.insert(problem["pointer"].get<std::string>());
+  EXPECT_EQ(pointers, (std::set<std::string>{"/devices/0/kind", "/devices/1/name"})) << out.dump(2);
+}
+
+// An exception no subcommand expected ends it with one line and exit code
+// 1, not abort(): here the JSON writer's, on a path that is not UTF-8.
+TEST_F(CliFleetTest, AnUnexpectedExceptionIsOneLineAndExitCodeOne) {
+  CommandResult ran = run_cli({"validate", "/nonexistent/\xff.json", "--json"}, StderrTo::out);
+  EXPECT_EQ(ran.exit_code, 1) << ran.out;
+  const std::vector<std::string> lines = lines_of(ran.out);
+  ASSERT_EQ(lines.size(), 1u) << ran.out;
+  EXPECT_EQ(lines[0], "error: [json.exception.type_error.316] invalid UTF-8 byte at index 13: 0xFF") << ran.out;
+}
+
 // ---- explain -----------------------------------------------------------
 
 TEST_F(CliFleetTest, ExplainSaysWhereARequestWouldRun) {

@@ -9,9 +9,11 @@
 #include <cctype>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -255,6 +257,22 @@ const BadFleet kBadFleets[] = {
     BadFleet("negative_count", BP_CONFIG, "/devices/0/count", "-2"),
     BadFleet("negative_index", BP_CONFIG, "/devices/0/index", "-1"),
     BadFleet("group_without_devices", BP_CONFIG, "/groups/0/devices", "[]"),
+    // A key twice: JSON readers differ in which one they keep.
+    BadFleet("duplicate_key", BP_CONFIG, "/groups/0/devices", R"("devices")").reason_has("appears twice"),
+    // Numbers past what the C API can hold are refused, named as written.
+    BadFleet("root_above_uint32", BP_CONFIG, "/workload/0/root", "4294967297")
+        .reason_has("4294967297 is outside the range 0..4294967295"),
+    BadFleet("index_above_uint32", BP_CONFIG, "/devices/0/index", "4294967296")
+        .reason_has("4294967296 is outside the range 0..4294967295"),
+    BadFleet("huge_integer", BP_CONFIG, "/devices/0/index", "18446744073709551615")
+        .reason_has("18446744073709551615 is above 9223372036854775807"),
+    // A oneOf that fails says what the value may be, in one line.
+    BadFleet("sizes_wrong_type", BP_CONFIG, "/workload/0/sizes", "true")
+        .reason_has("has the wrong type (boolean): expected a size expression such as \"8B..64MiB x4\", or a list"),
+    BadFleet("sizes_list_item_wrong_type", BP_CONFIG, "/workload/0/sizes/1", R"({"bytes": 8})")
+        .reason_has("has the wrong type (object): expected a byte count"),
+    BadFleet("in_place_not_allowed", BP_CONFIG, "/workload/0/in_place", R"("yes")")
+        .reason_has("\"yes\" is not true, false or \"both\""),
     // Stage (b): meaning.
     BadFleet("sizes_bad_unit", BP_CONFIG, "/workload/0/sizes", R"("8B..64Mib")").reason_has("Mib"),
     BadFleet("sizes_end_below_start", BP_CONFIG, "/workload/0/sizes", R"("1MiB..1KiB x2")"),
@@ -271,6 +289,19 @@ const BadFleet kBadFleets[] = {
     BadFleet("index_beyond_devices", BP_CONFIG, "/devices/0/index", "4"),
     BadFleet("count_beyond_devices", BP_CONFIG, "/devices/0/count", "3"),
     BadFleet("group_index_beyond_devices", BP_CONFIG, "/groups/0/devices/1", R"("cpu:9")"),
+    // Once the fleet declares devices of a kind, its groups use those.
+    BadFleet("group_device_not_declared", BP_CONFIG, "/groups/0/devices/1", R"("cpu:3")")
+        .reason_has("not one of the cpu devices the fleet declares (cpu:0 ('a'), cpu:1 ('a'))")
+        .hint_has("did you mean 'cpu:0'?"),
+    // One spelling of a device name, as bp_host_find_device takes it.
+    BadFleet("group_device_leading_zero", BP_CONFIG, "/groups/0/devices/1", R"("cpu:01")")
+        .reason_has("the index '01' has a leading zero")
+        .hint_has("did you mean 'cpu:1'?"),
+    // Fields the collective has no use for.
+    BadFleet("barrier_with_dtype", BP_CONFIG, "/workload/0/dtype", R"("f32")").reason_has("a barrier moves no data"),
+    BadFleet("barrier_with_sizes", BP_CONFIG, "/workload/0/sizes", R"("1KiB")").reason_has("a barrier moves no data"),
+    BadFleet("op_without_reduction", BP_CONFIG, "/workload/0/op", R"("max")").reason_has("all_gather does not reduce"),
+    BadFleet("root_without_root", BP_CONFIG, "/workload/0/root", "1").reason_has("all_reduce has no root"),
     BadFleet("options_differ_from_host", BP_CONFIG, "/devices/0/options", R"({"devices": 2})"),
     BadFleet("kind_not_provided", BP_PLUGIN_NOT_FOUND, "/devices/0/kind", R"("cpuu")")
         .hint_has("did you mean 'cpu'?"),
@@ -861,6 +892,562 @@ TEST(FleetFile, FleetGroupRunsCollectivesAndBelongsToTheHost) {
   }
   for (bp_buffer *buffer : send) bp_buffer_destroy(buffer);
   for (bp_buffer *buffer : recv) bp_buffer_destroy(buffer);
+}
+
+// ---- host options: the same checks as bp_host_create -----------------------
+
+// What a call returned: its code and message, for comparing two calls.
+struct Refusal {
+  bp_code code = BP_OK;
+  std::string message;
+  bool operator==(const Refusal &) const = default;
+};
+std::ostream &operator<<(std::ostream &out, const Refusal &r) { return out << bp_code_name(r.code) << ": " << r.message; }
+Refusal refusal_of(bp_error *raw) {
+  ErrorPtr error(raw);
+  return error ? Refusal{bp_error_code(error.get()), bp_error_message(error.get())} : Refusal{};
+}
+
+// bp_host_create_from_fleet_file refuses exactly what bp_host_create
+// refuses of the options, before reading the fleet; the host calls after
+// it still work.
+TEST(FleetFile, CreateFromFleetFileChecksOptionsAsHostCreateDoes) {
+  TempDir dir;
+  const fs::path path = dir.write_file("fleet.json", kDetailedFleet);
+  const char *null_entry[] = {BACKPLANE_TEST_PLUGIN_DIR, nullptr};
+  struct BadOptions {
+    const char *name;
+    const char *const *dirs;
+    size_t dir_count;
+    const char *plugin_options;
+    Refusal expected;
+  };
+  const BadOptions cases[] = {
+      {"dirs NULL with a count", nullptr, 1, nullptr,
+       {BP_INVALID_ARGUMENT, "bp_host_options.plugin_dirs is NULL with a count of 1"}},
+      {"a NULL entry", null_entry, 2, nullptr, {BP_INVALID_ARGUMENT, "bp_host_options.plugin_dirs[1] is NULL (of 2)"}},
+      {"options not JSON", null_entry, 1, "{cpu: 4", {BP_CONFIG, "plugin options are not a JSON object"}},
+      {"options not an object", null_entry, 1, "[1]", {BP_CONFIG, "plugin options are not a JSON object"}},
+      {"a kind's options not an object", null_entry, 1, R"({"cpu": 4})",
+       {BP_CONFIG, "plugin options for device kind 'cpu' are not a JSON object"}},
+  };
+  for (const BadOptions &bad : cases) {
+    SCOPED_TRACE(bad.name);
+    bp_host_options options{};
+    options.struct_size = sizeof options;
+    options.plugin_dirs = bad.dirs;
+    options.plugin_dir_count = bad.dir_count;
+    options.flags = BP_HOST_IGNORE_ENV_PATH | BP_HOST_IGNORE_INSTALL_PATH;
+    options.plugin_options_json = bad.plugin_options;
+    bp_host *const untouched = reinterpret_cast<bp_host *>(uintptr_t{0x10});
+    bp_host *created = untouched, *from_fleet = untouched;
+    EXPECT_EQ(refusal_of(bp_host_create(&options, &created)), bad.expected);
+    EXPECT_EQ(refusal_of(bp_host_create_from_fleet_file(path.c_str(), &options, &from_fleet)), bad.expected);
+    EXPECT_EQ(created, untouched);
+    EXPECT_EQ(from_fleet, untouched);
+  }
+  SearchOnly search({BACKPLANE_TEST_PLUGIN_DIR}, kCpuOptions);
+  bp_host *raw = nullptr;
+  ErrorPtr error(bp_host_create_from_fleet_file(path.c_str(), &search.options, &raw));
+  ASSERT_EQ(error, nullptr) << describe(error.get());
+  Host host(raw);
+  EXPECT_EQ(group_names(host.get()), (std::vector<std::string>{"all", "reversed"}));
+}
+
+// Options a fleet's device gives that its plugin refuses: CONFIG at the
+// device's /options with the plugin's reason, once (not PLUGIN_NOT_FOUND
+// "did you mean 'cpu'?" for each use of the kind).
+TEST(FleetFile, DeviceOptionsThePluginRefusesAreConfigAtTheOptions) {
+  TempDir dir;
+  SearchOnly search({BACKPLANE_TEST_PLUGIN_DIR});
+  const std::pair<std::string, std::string> cases[] = {
+      {R"("many")", R"(cpu options: "devices" must be an integer, got a string)"},
+      {"0", R"(cpu options: "devices" is 0, outside 1..1024)"},
+      {"100000000", R"(cpu options: "devices" is 100000000, outside 1..1024)"},
+  };
+  for (const auto &[count, plugin_reason] : cases) {
+    SCOPED_TRACE(count);
+    const fs::path path = dir.write_file("options.json", R"({
+      "version": 1,
+      "devices": [{"name": "c", "kind": "cpu", "options": {"devices": )" + count + R"(}}],
+      "groups": [{"name": "g", "devices": ["c", "cpu:1"]}]
+    })");
+    bp_host *out = nullptr;
+    ErrorPtr error(bp_host_create_from_fleet_file(path.c_str(), &search.options, &out));
+    ASSERT_NE(error, nullptr);
+    EXPECT_EQ(out, nullptr);
+    EXPECT_EQ(bp_error_code(error.get()), BP_CONFIG) << describe(error.get());
+    ASSERT_EQ(bp_error_problem_count(error.get()), 1u) << describe(error.get());
+    const bp_error *problem = bp_error_problem(error.get(), 0);
+    EXPECT_EQ(bp_error_code(problem), BP_CONFIG) << json_of(problem);
+    expect_problem_shape(problem, path.string(), "/devices/0/options");
+    expect_value(problem, R"({"devices": )" + count + "}");
+    EXPECT_EQ(text_field(problem, "reason"), "plugin 'cpu' configure failed: " + plugin_reason) << json_of(problem);
+    EXPECT_TRUE(names_file(text_field(problem, "plugin_file"), plugin_path("cpu"))) << json_of(problem);
+  }
+  // The same fleet with options the plugin takes comes up.
+  const fs::path good = dir.write_file("good.json", R"({
+    "version": 1,
+    "devices": [{"name": "c", "kind": "cpu", "options": {"devices": 2}}, {"name": "d", "kind": "cpu", "index": 1}],
+    "groups": [{"name": "g", "devices": ["c", "cpu:1"]}]
+  })");
+  bp_host *raw = nullptr;
+  ErrorPtr error(bp_host_create_from_fleet_file(good.c_str(), &search.options, &raw));
+  ASSERT_EQ(error, nullptr) << describe(error.get());
+  Host host(raw);
+  EXPECT_EQ(rank_names(find_group(host.get(), "g")), (std::vector<std::string>{"cpu:0", "cpu:1"}));
+}
+
+// bp_host_find_device on a kind whose plugin refused its options says so.
+TEST(FleetFile, FindDeviceOfAKindWhosePluginRefusedItsOptionsIsConfig) {
+  Host host = make_host({BACKPLANE_TEST_PLUGIN_DIR}, R"({"cpu": {"devices": 0}})");
+  bp_device *device = nullptr;
+  ErrorPtr error(bp_host_find_device(host.get(), "cpu:0", &device));
+  ASSERT_NE(error, nullptr);
+  EXPECT_EQ(device, nullptr);
+  EXPECT_EQ(bp_error_code(error.get()), BP_CONFIG) << describe(error.get());
+  EXPECT_EQ(std::string(bp_error_message(error.get())),
+            R"(device 'cpu:0' does not exist: plugin 'cpu' configure failed: cpu options: "devices" is 0, outside 1..1024)");
+  EXPECT_EQ(text_field(error.get(), "device_kind"), "cpu");
+  EXPECT_TRUE(names_file(text_field(error.get(), "file"), plugin_path("cpu"))) << describe(error.get());
+  // A kind nobody provides is still PLUGIN_NOT_FOUND.
+  error.reset(bp_host_find_device(host.get(), "vulkan:0", &device));
+  ASSERT_NE(error, nullptr);
+  EXPECT_EQ(bp_error_code(error.get()), BP_PLUGIN_NOT_FOUND) << describe(error.get());
+}
+
+// One spelling of device names for bp_host_find_device and fleets (names.cpp).
+TEST(FleetFile, FindDeviceTakesTheSpellingFleetsTake) {
+  Host host = make_cpu_host(R"({"cpu": {"devices": 4}})");
+  struct Misspelled {
+    const char *name, *why, *hint;
+  };
+  const Misspelled cases[] = {
+      {"cpu:01", "the index '01' has a leading zero", "did you mean 'cpu:1'?"},
+      {"cpu:00", "the index '00' has a leading zero", "did you mean 'cpu:0'?"},
+      {"CPU:1", "the kind 'CPU' is not of [a-z0-9_]", "did you mean 'cpu:1'?"},
+      {"cpu:-1", "the index '-1' is not a decimal number", "name a device as kind:index, e.g. cpu:0"},
+      {"cpu:4294967296", "the index 4294967296 is above 4294967295", "name a device as kind:index, e.g. cpu:0"},
+      {":1", "the kind before ':' is empty", "name a device as kind:index, e.g. cpu:0"},
+      {"cpu", "it is not of the form kind:index", "name a device as kind:index, e.g. cpu:0"},
+  };
+  for (const Misspelled &bad : cases) {
+    SCOPED_TRACE(bad.name);
+    bp_device *device = nullptr;
+    ErrorPtr error(bp_host_find_device(host.get(), bad.name, &device));
+    ASSERT_NE(error, nullptr);
+    EXPECT_EQ(device, nullptr);
+    EXPECT_EQ(bp_error_code(error.get()), BP_INVALID_ARGUMENT) << describe(error.get());
+    EXPECT_EQ(std::string(bp_error_message(error.get())),
+              "device '" + std::string(bad.name) + "' is not a device name: " + bad.why);
+    EXPECT_EQ(text_field(error.get(), "hint"), bad.hint);
+  }
+  bp_device *device = nullptr;
+  ErrorPtr found(bp_host_find_device(host.get(), "cpu:1", &device));
+  ASSERT_EQ(found, nullptr) << describe(found.get());
+  EXPECT_EQ(device_name(device), "cpu:1");
+}
+
+// ---- text a JSON reader would read silently wrong --------------------------
+
+// The parser stops at a NUL as at the end of the text: what follows would
+// be ignored. Refused, wherever the text comes from.
+TEST(FleetFile, TextWithANulByteIsRefused) {
+  const std::string text = std::string(R"({"version": 1})") + '\0' + R"({"devices": [)";
+  TempDir dir;
+  const fs::path path = dir.write_file("nul.json", text);
+  FleetHost host;
+  const HostCounts before = counts_of(host.get());
+  for (const bool from_file : {true, false}) {
+    SCOPED_TRACE(from_file ? "file" : "text");
+    ErrorPtr error(from_file ? bp_host_load_fleet_file(host.get(), path.c_str())
+                             : bp_host_load_fleet_text(host.get(), text.data(), text.size()));
+    ASSERT_NE(error, nullptr) << "a fleet with a NUL byte loaded";
+    EXPECT_EQ(bp_error_code(error.get()), BP_CONFIG) << describe(error.get());
+    ASSERT_EQ(bp_error_problem_count(error.get()), 1u) << describe(error.get());
+    const bp_error *problem = bp_error_problem(error.get(), 0);
+    expect_problem_shape(problem, from_file ? path.string() : "<text>", "");
+    EXPECT_EQ(text_field(problem, "reason"), "a NUL byte at line 1, column 15: a fleet is JSON text, which has none");
+    EXPECT_EQ(json_field(problem, "line"), 1);
+    EXPECT_EQ(json_field(problem, "column"), 15);
+    EXPECT_EQ(counts_of(host.get()), before);
+  }
+  // The text before the NUL alone is a fleet.
+  ErrorPtr loaded(bp_host_load_fleet_text(host.get(), text.data(), text.find('\0')));
+  EXPECT_EQ(loaded, nullptr) << describe(loaded.get());
+}
+
+// Every key that appears twice is a problem of its own, nested ones too.
+TEST(FleetFile, EveryKeyThatAppearsTwiceIsReported) {
+  FleetHost host;
+  const std::string text = R"({"version": 1, "devices": [{"name": "a", "kind": "cpu", "options": {"devices": 4, "devices": 4}}],
+                              "version": 1})";
+  ErrorPtr error(bp_host_load_fleet_text(host.get(), text.data(), text.size()));
+  ASSERT_NE(error, nullptr);
+  EXPECT_EQ(bp_error_code(error.get()), BP_CONFIG) << describe(error.get());
+  EXPECT_EQ(pointers_of(error.get()), (std::set<std::string>{"/devices/0/options/devices", "/version"}))
+      << describe(error.get());
+  for (const bp_error *problem : problems_of(error.get())) {
+    expect_problem_shape(problem, "<text>", text_field(problem, "pointer"));
+    EXPECT_TRUE(contains(text_field(problem, "reason"), "appears twice in one object")) << json_of(problem);
+  }
+}
+
+// ---- bounded validation ------------------------------------------------------
+
+// A fleet file under the size cap is checked in bounded time and memory,
+// whatever it holds: limits are refused with CONFIG, checking stops after
+// 100 problems, "did you mean" is worked out for 20 of them. Each case
+// prints how long it took; the bound asserted is only a sanity bound.
+class PathologicalFleet : public ::testing::Test {
+ protected:
+  // Loads `text` from a file into a host (4 cpu devices, or what its own
+  // options ask for), returning the error.
+  ErrorPtr load(const std::string &label, const std::string &text) {
+    const fs::path path = dir_.write_file(label + ".json", text);
+    SearchOnly search({BACKPLANE_TEST_PLUGIN_DIR}, text.find("\"options\"") == std::string::npos ? kCpuOptions : nullptr);
+    const long rss_before = max_rss_kib();
+    const auto start = std::chrono::steady_clock::now();
+    bp_host *raw = nullptr;
+    ErrorPtr error(bp_host_create_from_fleet_file(path.c_str(), &search.options, &raw));
+    const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+    Host host(raw);
+    std::cout << "[ TIMING   ] " << label << ": " << text.size() << " bytes, " << elapsed.count() << " s, peak RSS +"
+              << (max_rss_kib() - rss_before) / 1024 << " MiB\n";
+    EXPECT_LT(elapsed, std::chrono::seconds(20)) << label;
+    EXPECT_LT(max_rss_kib() - rss_before, 512 * 1024) << label << ": KiB of peak memory grew";
+    if (!error) loaded_groups_ = bp_host_group_count(raw);
+    return error;
+  }
+  // The first problem, checked to be CONFIG at `pointer` with `reason`.
+  static void expect_first(const bp_error *error, const std::string &pointer, const std::string &reason) {
+    ASSERT_NE(error, nullptr);
+    EXPECT_EQ(bp_error_code(error), BP_CONFIG) << describe(error);
+    ASSERT_GE(bp_error_problem_count(error), 1u);
+    const bp_error *problem = bp_error_problem(error, 0);
+    EXPECT_EQ(text_field(problem, "pointer"), pointer) << json_of(problem);
+    EXPECT_EQ(text_field(problem, "reason"), reason) << json_of(problem);
+  }
+  // 100 problems, then one saying checking stopped.
+  static void expect_stopped(const bp_error *error) {
+    ASSERT_EQ(bp_error_problem_count(error), 101u) << describe(error);
+    const bp_error *last = bp_error_problem(error, 100);
+    EXPECT_EQ(bp_error_code(last), BP_CONFIG);
+    EXPECT_EQ(text_field(last, "pointer"), "");
+    EXPECT_EQ(text_field(last, "reason"), "checking stopped after the first 100 problems; there may be more");
+    EXPECT_TRUE(contains(bp_error_message(error), ": at least 100 problems; first: ")) << bp_error_message(error);
+  }
+
+  TempDir dir_;
+  size_t loaded_groups_ = 0;
+};
+
+std::string random_name(std::mt19937 &random, size_t length) {
+  std::string name = "d";
+  while (name.size() < length) name += static_cast<char>('a' + random() % 26);
+  return name;
+}
+
+json devices_named(const std::vector<std::string> &names) {
+  json devices = json::array();
+  for (const std::string &name : names) devices.push_back({{"name", name}, {"kind", "cpu"}});
+  return devices;
+}
+
+TEST_F(PathologicalFleet, FiveHundredUnknownReferencesAmongFiveHundredNames) {
+  std::vector<std::string> names, unknown;
+  for (int i = 0; i < 500; ++i) names.push_back("device_name_" + std::to_string(1000 + i));
+  for (int i = 0; i < 500; ++i) unknown.push_back("unknown_ref_" + std::to_string(1000 + i));
+  const json fleet = {{"version", 1}, {"devices", devices_named(names)}, {"groups", {{{"name", "g"}, {"devices", unknown}}}}};
+  ErrorPtr error = load("unknown_500x500", fleet.dump());
+  expect_first(error.get(), "/groups/0/devices/0", "unknown device 'unknown_ref_1000'");
+  expect_stopped(error.get());
+}
+
+// References one typo away from 1024 names of 60 characters: the first 20
+// problems say "did you mean", the rest are reported without.
+TEST_F(PathologicalFleet, SuggestionsAreWorkedOutForTwentyProblems) {
+  std::mt19937 random(7);
+  std::vector<std::string> names;
+  for (int i = 0; i < 1024; ++i) names.push_back(random_name(random, 60));
+  json groups = json::array();
+  for (int g = 0; g < 1024; ++g) {
+    json members = json::array();
+    for (int k = 0; k < 100; ++k) {
+      std::string typo = names[(g * 100 + k) % names.size()];
+      typo[30] = typo[30] == 'x' ? 'y' : 'x';
+      members.push_back(typo);
+    }
+    groups.push_back({{"name", "g" + std::to_string(g)}, {"devices", members}});
+  }
+  const json fleet = {{"version", 1}, {"devices", devices_named(names)}, {"groups", groups}};
+  ErrorPtr error = load("typos_of_60_char_names", fleet.dump());
+  ASSERT_NE(error, nullptr);
+  expect_stopped(error.get());
+  for (size_t i = 0; i < 100; ++i) {
+    const bp_error *problem = bp_error_problem(error.get(), i);
+    const std::string expected = i < 20 ? "did you mean '" + names[i] + "'?" : "";
+    EXPECT_EQ(text_field(problem, "hint"), expected) << json_of(problem);
+  }
+}
+
+TEST_F(PathologicalFleet, LongStringsAreRefusedBeforeTheSchema) {
+  // The schema's patterns run std::regex, which recurses once per character.
+  const json fleet = {{"version", 1}, {"devices", {{{"name", std::string(1 << 20, 'a')}, {"kind", "cpu"}}}}};
+  ErrorPtr error = load("one_mebibyte_name", fleet.dump());
+  expect_first(error.get(), "/devices/0/name", "a string of 1048576 bytes, longer than the 4096 a fleet takes");
+  ASSERT_EQ(bp_error_problem_count(error.get()), 1u) << describe(error.get());
+  expect_value(bp_error_problem(error.get(), 0), json(std::string(64, 'a') + "...").dump());
+}
+
+// 3500-character references, each under the string limit: unknown, and
+// too long to suggest a name for.
+TEST_F(PathologicalFleet, LongReferencesAreReportedWithoutSuggestions) {
+  std::mt19937 random(11);
+  json groups = json::array();
+  for (int g = 0; g < 1000; ++g)
+    groups.push_back({{"name", "g" + std::to_string(g)}, {"devices", {random_name(random, 3500), random_name(random, 3500)}}});
+  const json fleet = {{"version", 1}, {"groups", groups}};
+  ErrorPtr error = load("long_references", fleet.dump());
+  ASSERT_NE(error, nullptr);
+  EXPECT_EQ(text_field(bp_error_problem(error.get(), 0), "pointer"), "/groups/0/devices/0");
+  expect_stopped(error.get());
+  EXPECT_EQ(bp_error_field(bp_error_problem(error.get(), 0), "hint"), nullptr);
+}
+
+TEST_F(PathologicalFleet, SizesAreBoundedAcrossTheFile) {
+  json workload = json::array();
+  for (int w = 0; w < 1024; ++w)
+    workload.push_back({{"group", "g"}, {"collective", "all_reduce"}, {"sizes", json::array()}});
+  for (json &entry : workload)
+    for (int k = 0; k < 32; ++k) entry["sizes"].push_back("1B..4KiB +1B");  // 4096 sizes each
+  const json fleet = {{"version", 1}, {"groups", {{{"name", "g"}, {"devices", {"cpu:0"}}}}}, {"workload", workload}};
+  ErrorPtr error = load("huge_size_ranges", fleet.dump());
+  // 16 ranges of 4096 are the 65536; the 17th goes past.
+  expect_first(error.get(), "/workload/0/sizes/16",
+               "these 4096 size(s) take the workload past 65536 sizes in all, the most a fleet takes");
+  EXPECT_EQ(bp_error_problem_count(error.get()), 1u) << describe(error.get());
+}
+
+TEST_F(PathologicalFleet, CountsAreBounded) {
+  std::vector<std::string> names;
+  for (int i = 0; i < 2000; ++i) names.push_back("d" + std::to_string(i));
+  ErrorPtr error = load("2000_devices", json{{"version", 1}, {"devices", devices_named(names)}}.dump());
+  expect_first(error.get(), "/devices", "a list of 2000 entries, more than the 1024 a fleet takes");
+  expect_value(bp_error_problem(error.get(), 0), "null");
+
+  const json members(std::vector<std::string>(70000, "cpu:0"));
+  error = load("70000_members", json{{"version", 1}, {"groups", {{{"name", "g"}, {"devices", members}}}}}.dump());
+  expect_first(error.get(), "/groups/0/devices", "a list of 70000 items, more than the 65536 a fleet takes");
+}
+
+// Names that expand to many devices, named again and again: one problem
+// per repeat until checking stops.
+TEST_F(PathologicalFleet, RepeatedNamesOfManyDevices) {
+  json groups = json::array();
+  for (int g = 0; g < 1024; ++g)
+    groups.push_back({{"name", "g" + std::to_string(g)}, {"devices", std::vector<std::string>(700, "all")}});
+  const json fleet = {{"version", 1}, {"devices", {{{"name", "all"}, {"kind", "cpu"}, {"count", 4}}}}, {"groups", groups}};
+  ErrorPtr error = load("repeated_names", fleet.dump());
+  expect_first(error.get(), "/groups/0/devices/1", "device 'cpu:0' appears twice in group 'g0' (also at /groups/0/devices/0)");
+  expect_stopped(error.get());
+}
+
+// The largest fleet that makes sense: 1024 groups of 700 of 1024 devices,
+// 7 MB, under the 8 MiB cap. It loads.
+TEST_F(PathologicalFleet, LargestGoodFleetLoads) {
+  json groups = json::array();
+  for (int g = 0; g < 1024; ++g) {
+    std::vector<std::string> members;
+    for (int k = 0; k < 700; ++k) members.push_back("cpu:" + std::to_string((g + k) % 1024));
+    groups.push_back({{"name", "g" + std::to_string(g)}, {"devices", members}});
+  }
+  const json fleet = {{"version", 1},
+                      {"devices", {{{"name", "all"}, {"kind", "cpu"}, {"count", 1024}, {"options", {{"devices", 1024}}}}}},
+                      {"groups", groups}};
+  const std::string text = fleet.dump();
+  ASSERT_LT(text.size(), size_t{8} << 20);
+  ErrorPtr error = load("largest_good_fleet", text);
+  ASSERT_EQ(error, nullptr) << describe(error.get());
+  EXPECT_EQ(loaded_groups_, 1024u);
+}
+
+// ---- collectives on wrapped host memory; enum values out of range ------------
+
+// A host of 4 cpu devices and a group of cpu:0 and cpu:1.
+class WrappedHostMemory : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(bp_host_find_device(host_.get(), "cpu:0", &devices_[0]), nullptr);
+    ASSERT_EQ(bp_host_find_device(host_.get(), "cpu:1", &devices_[1]), nullptr);
+    ErrorPtr error(bp_group_create(host_.get(), devices_, 2, nullptr, &group_));
+    ASSERT_EQ(error, nullptr) << describe(error.get());
+  }
+  void TearDown() override {
+    for (bp_buffer *buffer : buffers_) bp_buffer_destroy(buffer);
+    bp_group_destroy(group_);
+  }
+  // A buffer of rank `rank` over floats [first, first + count) of memory_.
+  bp_buffer *wrap(size_t rank, size_t first, size_t count) {
+    bp_buffer *buffer = nullptr;
+    ErrorPtr error(bp_buffer_wrap_host(devices_[rank], memory_.data() + first, count * sizeof(float), &buffer));
+    EXPECT_EQ(error, nullptr) << describe(error.get());
+    buffers_.push_back(buffer);
+    return buffer;
+  }
+  ErrorPtr all_reduce(bp_buffer *send0, bp_buffer *send1, bp_buffer *recv0, bp_buffer *recv1) {
+    bp_buffer *send[] = {send0, send1}, *recv[] = {recv0, recv1};
+    return ErrorPtr(bp_all_reduce(group_, send, recv, 4, BP_F32, BP_SUM));
+  }
+
+  Host host_ = make_cpu_host(kCpuOptions);
+  bp_device *devices_[2] = {};
+  bp_group *group_ = nullptr;
+  std::vector<float> memory_ = std::vector<float>(64, 1.0f);
+  std::vector<bp_buffer *> buffers_;
+};
+
+TEST_F(WrappedHostMemory, RangeThatWrapsTheAddressSpaceIsRefused) {
+  bp_buffer *const untouched = reinterpret_cast<bp_buffer *>(uintptr_t{0x10});
+  bp_buffer *buffer = untouched;
+  void *near_the_end = reinterpret_cast<void *>(UINTPTR_MAX - 15);
+  ErrorPtr error(bp_buffer_wrap_host(devices_[0], near_the_end, 64, &buffer));
+  ASSERT_NE(error, nullptr);
+  EXPECT_EQ(buffer, untouched);
+  EXPECT_EQ(bp_error_code(error.get()), BP_INVALID_ARGUMENT) << describe(error.get());
+  EXPECT_EQ(std::string(bp_error_message(error.get())),
+            "bp_buffer_wrap_host: 64 bytes from 0xfffffffffffffff0 run past the end of the address space");
+  EXPECT_NE(wrap(0, 0, 4), nullptr);  // the device still wraps memory
+}
+
+TEST_F(WrappedHostMemory, RecvOverlappingAnotherRanksBufferIsRefused) {
+  bp_buffer *send0 = wrap(0, 0, 4), *send1 = wrap(1, 4, 4), *recv0 = wrap(0, 8, 4);
+  bp_buffer *recv1_over_recv0 = wrap(1, 10, 4), *recv1_over_send0 = wrap(1, 2, 4);
+  const std::vector<float> before = memory_;
+  struct Overlap {
+    bp_buffer *recv1;
+    std::string message;
+    json ranks;
+  };
+  auto range = [&](const char *side, size_t rank, size_t first) {
+    char text[96];
+    std::snprintf(text, sizeof text, "%s[%zu] (host memory %p..%p)", side, rank, static_cast<void *>(memory_.data() + first),
+                  static_cast<void *>(memory_.data() + first + 4));
+    return std::string(text);
+  };
+  const Overlap cases[] = {
+      {recv1_over_recv0, range("recv", 1, 10) + " overlaps " + range("recv", 0, 8) + " of rank 0", json::array({1, 0})},
+      {recv1_over_send0, range("recv", 1, 2) + " overlaps " + range("send", 0, 0) + " of rank 0", json::array({1, 0})},
+  };
+  for (const Overlap &overlap : cases) {
+    ErrorPtr error = all_reduce(send0, send1, recv0, overlap.recv1);
+    ASSERT_NE(error, nullptr) << "overlapping recv buffers ran";
+    EXPECT_EQ(bp_error_code(error.get()), BP_INVALID_ARGUMENT) << describe(error.get());
+    EXPECT_EQ(std::string(bp_error_message(error.get())),
+              "all_reduce(f32, sum): " + overlap.message + ": a rank's recv buffer may not overlap another rank's buffers");
+    EXPECT_EQ(json_field(error.get(), "ranks"), overlap.ranks) << describe(error.get());
+    EXPECT_EQ(memory_, before) << "a refused call wrote";
+  }
+  // Disjoint buffers run, and the sums are right.
+  ErrorPtr ran = all_reduce(send0, send1, recv0, wrap(1, 12, 4));
+  ASSERT_EQ(ran, nullptr) << describe(ran.get());
+  for (size_t i = 8; i < 16; ++i) EXPECT_EQ(memory_[i], 2.0f) << i;
+}
+
+// Sends may share memory, and a rank in place is its own business.
+TEST_F(WrappedHostMemory, SharedSendsAndInPlaceRun) {
+  bp_buffer *shared0 = wrap(0, 0, 4), *shared1 = wrap(1, 0, 4);
+  ErrorPtr ran = all_reduce(shared0, shared1, wrap(0, 8, 4), wrap(1, 12, 4));
+  ASSERT_EQ(ran, nullptr) << describe(ran.get());
+  EXPECT_EQ(memory_[8], 2.0f);
+  bp_buffer *own0 = wrap(0, 16, 4), *own1 = wrap(1, 20, 4);
+  ran = all_reduce(own0, own1, own0, own1);
+  ASSERT_EQ(ran, nullptr) << describe(ran.get());
+  EXPECT_EQ(memory_[16], 2.0f);
+  EXPECT_EQ(memory_[20], 2.0f);
+}
+
+// Past a few ranks the ranges are ordered and swept: the same answers, in
+// whatever order the memory is laid out.
+TEST(WrappedHostMemoryOfManyRanks, OverlapsAreFoundInAnyLayout) {
+  constexpr size_t kRanks = 8, kCount = 4;
+  Host host = make_cpu_host(R"({"cpu": {"devices": 8}})");
+  std::vector<bp_device *> devices(kRanks);
+  for (size_t r = 0; r < kRanks; ++r)
+    ASSERT_EQ(bp_host_find_device(host.get(), ("cpu:" + std::to_string(r)).c_str(), &devices[r]), nullptr);
+  bp_group *group = nullptr;
+  ASSERT_EQ(bp_group_create(host.get(), devices.data(), kRanks, nullptr, &group), nullptr);
+  std::vector<float> memory(4 * kRanks * kCount, 1.0f);
+  std::vector<bp_buffer *> owned;
+  auto wrap = [&](size_t rank, size_t first) {
+    bp_buffer *buffer = nullptr;
+    ErrorPtr error(bp_buffer_wrap_host(devices[rank], memory.data() + first, kCount * sizeof(float), &buffer));
+    EXPECT_EQ(error, nullptr) << describe(error.get());
+    owned.push_back(buffer);
+    return buffer;
+  };
+  // Ranks laid out in reverse: send[r] at block 2 (7 - r), recv[r] just after it.
+  std::vector<bp_buffer *> send(kRanks), recv(kRanks);
+  for (size_t r = 0; r < kRanks; ++r) {
+    send[r] = wrap(r, 2 * (kRanks - 1 - r) * kCount);
+    recv[r] = wrap(r, (2 * (kRanks - 1 - r) + 1) * kCount);
+  }
+  ErrorPtr ran(bp_all_reduce(group, send.data(), recv.data(), kCount, BP_F32, BP_SUM));
+  ASSERT_EQ(ran, nullptr) << describe(ran.get());
+  EXPECT_EQ(memory[kCount], 8.0f);
+
+  // recv[5] moved half onto send[2]'s block (block 10): refused, naming both ranks.
+  bp_buffer *const recv5 = recv[5];
+  recv[5] = wrap(5, 2 * (kRanks - 1 - 2) * kCount + kCount / 2);
+  ErrorPtr error(bp_all_reduce(group, send.data(), recv.data(), kCount, BP_F32, BP_SUM));
+  ASSERT_NE(error, nullptr);
+  EXPECT_EQ(bp_error_code(error.get()), BP_INVALID_ARGUMENT) << describe(error.get());
+  EXPECT_EQ(json_field(error.get(), "ranks"), json::array({5, 2})) << describe(error.get());
+  EXPECT_TRUE(contains(bp_error_message(error.get()), ": a rank's recv buffer may not overlap another rank's buffers"));
+  // And two recvs over one another (recv[6] onto recv[1]).
+  recv[5] = recv5;
+  recv[6] = wrap(6, (2 * (kRanks - 1 - 1) + 1) * kCount + 1);
+  error.reset(bp_all_reduce(group, send.data(), recv.data(), kCount, BP_F32, BP_SUM));
+  ASSERT_NE(error, nullptr);
+  const json ranks = json_field(error.get(), "ranks");
+  EXPECT_TRUE(ranks == json::array({6, 1}) || ranks == json::array({1, 6})) << describe(error.get());
+  for (bp_buffer *buffer : owned) bp_buffer_destroy(buffer);
+  bp_group_destroy(group);
+}
+
+// The message and context of an enum value out of range name only what was
+// asked before it: no made-up collective, type or op.
+TEST_F(WrappedHostMemory, EnumOutOfRangeNamesOnlyWhatWasAsked) {
+  bp_buffer *send[] = {wrap(0, 0, 4), wrap(1, 4, 4)}, *recv[] = {wrap(0, 8, 4), wrap(1, 12, 4)};
+  struct OutOfRange {
+    uint32_t collective, dtype, op;
+    std::string message;
+    std::set<std::string> present, absent;
+  };
+  const OutOfRange cases[] = {
+      {99, BP_F32, BP_SUM, "unknown collective 99", {"devices"}, {"operation", "dtype", "reduce_op"}},
+      {BP_ALL_REDUCE, 99, BP_SUM, "all_reduce: unknown element type 99", {"devices", "operation"}, {"dtype", "reduce_op"}},
+      {BP_ALL_REDUCE, BP_F32, 99, "all_reduce(f32): unknown reduce op 99", {"devices", "operation", "dtype"}, {"reduce_op"}},
+  };
+  for (const OutOfRange &bad : cases) {
+    SCOPED_TRACE(bad.message);
+    bp_collective_request request{};
+    request.struct_size = sizeof request;
+    request.collective = bad.collective;
+    request.dtype = bad.dtype;
+    request.reduce_op = bad.op;
+    request.count = 4;
+    request.send = send;
+    request.recv = recv;
+    ErrorPtr error(bp_run_collective(group_, &request));
+    ASSERT_NE(error, nullptr);
+    EXPECT_EQ(bp_error_code(error.get()), BP_INVALID_ARGUMENT) << describe(error.get());
+    EXPECT_EQ(std::string(bp_error_message(error.get())), bad.message);
+    for (const std::string &field : bad.present) EXPECT_NE(bp_error_field(error.get(), field.c_str()), nullptr) << field;
+    for (const std::string &field : bad.absent) EXPECT_EQ(bp_error_field(error.get(), field.c_str()), nullptr) << field;
+  }
+  ErrorPtr ran(bp_all_reduce(group_, send, recv, 4, BP_F32, BP_SUM));
+  EXPECT_EQ(ran, nullptr) << describe(ran.get());
 }
 
 // ---- configs/ --------------------------------------------------------------

@@ -1,10 +1,19 @@
 // Logging through a captured sink: at loader:debug the loader says, for every
 // file it looked at, what it did and why; levels and categories filter; a
-// BACKPLANE_LOG setting that does not parse is refused and changes nothing.
+// BACKPLANE_LOG setting that does not parse is refused and changes nothing;
+// a sink may call bp_log_configure and bp_log_set_sink without deadlock.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <future>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backplane/backplane.h"
@@ -196,6 +205,121 @@ TEST(Log, SinkCanBeRemoved) {
     seen = log.lines();
   }
   EXPECT_TRUE(seen.empty()) << seen.size() << " lines reached a removed sink";
+}
+
+// ---- sinks that call back into logging --------------------------------------
+
+// Runs `body` on a thread of its own and waits for it. A deadlock fails the
+// test and ends the process: a thread stuck on a lock cannot be joined.
+void runs_without_deadlock(const std::function<void()> &body) {
+  std::packaged_task<void()> task(body);
+  std::future<void> done = task.get_future();
+  std::thread thread(std::move(task));
+  if (done.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    std::fprintf(stderr, "FAILED: a log sink that called into logging deadlocked (no return in 60 s)\n");
+    std::_Exit(1);
+  }
+  thread.join();
+  done.get();
+}
+
+// What the sinks below saw and did; the first line makes them act.
+struct ReentrantSink {
+  std::atomic<int> lines{0};
+  std::atomic<int> depth{0}, deepest{0};
+  bool configured = false;
+  std::atomic<int> replacement_lines{0};
+  std::string plugin_dir;
+
+  void enter() {
+    deepest = std::max(deepest.load(), ++depth);
+  }
+
+  static void configures(void *context, int32_t, const char *, const char *) {
+    auto *self = static_cast<ReentrantSink *>(context);
+    self->enter();
+    if (self->lines++ == 0) self->configured = bp_log_configure("error");
+    --self->depth;
+  }
+  static void replaces_itself(void *context, int32_t, const char *, const char *) {
+    auto *self = static_cast<ReentrantSink *>(context);
+    self->enter();
+    if (self->lines++ == 0) bp_log_set_sink(&ReentrantSink::replacement, self);
+    --self->depth;
+  }
+  static void replacement(void *context, int32_t, const char *, const char *) {
+    ++static_cast<ReentrantSink *>(context)->replacement_lines;
+  }
+  // Creates a host (which logs at loader:debug) from inside the sink.
+  static void logs_itself(void *context, int32_t, const char *, const char *) {
+    auto *self = static_cast<ReentrantSink *>(context);
+    self->enter();
+    if (self->lines++ == 0) {
+      bp_host_options options{};
+      options.struct_size = sizeof options;
+      const char *dirs[] = {self->plugin_dir.c_str()};
+      options.plugin_dirs = dirs;
+      options.plugin_dir_count = 1;
+      options.flags = BP_HOST_IGNORE_ENV_PATH | BP_HOST_IGNORE_INSTALL_PATH;
+      bp_host *host = nullptr;
+      bp_error_destroy(bp_host_create(&options, &host));
+      bp_host_destroy(host);
+    }
+    --self->depth;
+  }
+};
+
+// Back to stderr at warn, whatever a test left.
+struct RestoreLogging {
+  ~RestoreLogging() {
+    bp_log_set_sink(nullptr, nullptr);
+    bp_log_configure("warn");
+  }
+};
+
+// The sink runs outside the lock of the settings, so it may change them.
+TEST(Log, SinkMayConfigureLogging) {
+  PluginDirectory dir;
+  RestoreLogging restore;
+  ReentrantSink sink;
+  runs_without_deadlock([&] {
+    bp_log_set_sink(&ReentrantSink::configures, &sink);
+    ASSERT_TRUE(bp_log_configure("loader:debug"));
+    Host host = make_host({dir.path()});
+  });
+  EXPECT_TRUE(sink.configured) << "bp_log_configure from a sink refused";
+  // After the first line the setting is "error": the loader's debug lines stop.
+  EXPECT_EQ(sink.lines.load(), 1);
+}
+
+// A sink may replace itself (or remove itself); the new sink gets the rest.
+TEST(Log, SinkMayReplaceItself) {
+  PluginDirectory dir;
+  RestoreLogging restore;
+  ReentrantSink sink;
+  runs_without_deadlock([&] {
+    bp_log_set_sink(&ReentrantSink::replaces_itself, &sink);
+    ASSERT_TRUE(bp_log_configure("loader:debug"));
+    Host host = make_host({dir.path()});
+  });
+  EXPECT_EQ(sink.lines.load(), 1);
+  EXPECT_GT(sink.replacement_lines.load(), 0) << "the replacement sink saw nothing";
+}
+
+// A line logged while a sink runs on the same thread goes to stderr, not
+// into the sink again (which could recurse without end).
+TEST(Log, LinesLoggedInsideASinkGoToStderr) {
+  PluginDirectory dir;
+  RestoreLogging restore;
+  ReentrantSink sink;
+  sink.plugin_dir = dir.path();
+  runs_without_deadlock([&] {
+    bp_log_set_sink(&ReentrantSink::logs_itself, &sink);
+    ASSERT_TRUE(bp_log_configure("loader:debug"));
+    Host host = make_host({dir.path()});
+  });
+  EXPECT_EQ(sink.deepest.load(), 1) << "the sink was called from inside itself";
+  EXPECT_GT(sink.lines.load(), 1) << "lines after the sink returned did not reach it";
 }
 
 }  // namespace

@@ -1,5 +1,8 @@
 // The application C API (backplane.h): argument checks, the guard that keeps
 // every C++ exception inside the library, and the out-struct convention.
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -13,12 +16,25 @@
 namespace backplane {
 namespace {
 
+std::string address_text(const void *address) {
+  char text[2 + 2 * sizeof(uintptr_t) + 1];
+  std::snprintf(text, sizeof text, "0x%" PRIxPTR, reinterpret_cast<uintptr_t>(address));
+  return text;
+}
 
 Status plugin_not_found(const bp_host &host, const std::string &kind, const std::string &asked) {
   nlohmann::json known = nlohmann::json::array(), refused = nlohmann::json::array();
   for (const auto &registered : host.kinds) known.push_back(registered->name);
   for (const RefusedPlugin &record : host.refused)
     refused.push_back(nlohmann::json::parse(bp_error_json(record.error)));
+  // The kind's plugin is there and said why: its options are the problem.
+  if (const bp_error *refusal = options_refusal(host, kind)) {
+    return Error(BP_CONFIG, "device '" + asked + "' does not exist: " + bp_error_message(refusal))
+        .with("device_kind", kind)
+        .with("file", bp_error_field(refusal, "file"))
+        .with("refused", refused)
+        .hint("fix the options given for device kind '" + kind + "'");
+  }
   std::string message = "device '" + asked + "': no loaded plugin provides device kind '" + kind + "'";
   message += known.empty() ? " (no plugin is loaded)" : " (loaded kinds: " + known.dump() + ")";
   if (!refused.empty()) message += "; " + std::to_string(refused.size()) + " plugin file(s) were refused";
@@ -40,12 +56,13 @@ Status find_device(bp_host &host, const char *name, bp_device **out) {
     }
   }
   const std::string asked = name;
-  const size_t colon = asked.rfind(':');
-  if (colon == std::string::npos) {
-    return Error(BP_INVALID_ARGUMENT, "device '" + asked + "' is not of the form kind:index")
-        .hint("name a device as kind:index, e.g. cpu:0");
+  std::string why, respelled;
+  const std::optional<DeviceNameParts> parts = parse_device_name(asked, &why, &respelled);
+  if (!parts) {
+    return Error(BP_INVALID_ARGUMENT, "device '" + asked + "' is not a device name: " + why)
+        .hint(respelled.empty() ? "name a device as kind:index, e.g. cpu:0" : "did you mean '" + respelled + "'?");
   }
-  const std::string kind = asked.substr(0, colon);
+  const std::string kind(parts->kind);
   size_t count = 0;
   bool known = false;
   for (const auto &registered : host.kinds) known = known || registered->name == kind;
@@ -69,6 +86,14 @@ Status create_buffer(bp_device *device, void *memory, size_t bytes, bool wrap, b
   Status status;
   if (wrap) {
     if (!memory && bytes > 0) return null_argument(function, "memory");
+    uintptr_t end = 0;
+    if (__builtin_add_overflow(reinterpret_cast<uintptr_t>(memory), bytes, &end)) {
+      return Error(BP_INVALID_ARGUMENT, "bp_buffer_wrap_host: " + std::to_string(bytes) + " bytes from " +
+                                            address_text(memory) + " run past the end of the address space")
+          .with("devices", nlohmann::json::array({device->describe()}))
+          .with("bytes", bytes);
+    }
+    buffer->host_memory = static_cast<const std::byte *>(memory);
     if (!(device->flags & BP_DEVICE_HOST_ADDRESSABLE) || !plugin.functions.buffer_wrap_host) {
       return Error(BP_UNSUPPORTED_DEVICE, "bp_buffer_wrap_host: device '" + device->name +
                                               "' cannot address host memory")
@@ -141,6 +166,23 @@ bp_error *run_async(const bp_collective_request &request, bp_group *group, bp_ev
 }
 
 }  // namespace
+
+const bp_error *options_refusal(const bp_host &host, std::string_view kind) {
+  const std::string file_name = "libbackplane_" + std::string(kind) + ".so";
+  for (const RefusedPlugin &record : host.refused) {
+    // CONFIG from its configure function, or from its entry point (as plugin_code).
+    const char *entry_code = bp_error_field(record.error, "plugin_code");
+    const bool config = bp_error_code(record.error) == BP_CONFIG ||
+                        (entry_code && std::string_view(entry_code) == code_name(BP_CONFIG));
+    if (!config) continue;
+    const char *file = bp_error_field(record.error, "file");
+    const bool declares_kind = std::any_of(record.declared.begin(), record.declared.end(),
+                                           [&](const auto &declared) { return declared.first == kind; });
+    if (declares_kind || (file && std::filesystem::path(file).filename() == file_name)) return record.error;
+  }
+  return nullptr;
+}
+
 }  // namespace backplane
 
 using namespace backplane;

@@ -3,8 +3,15 @@
 // across the group, then the capability lookup, then the owning plugin.
 // The success path allocates nothing and takes no lock; errors are built
 // only on failure.
+#include <algorithm>
+#include <array>
+#include <cinttypes>
+#include <cstdint>
+#include <cstdio>
 #include <mutex>
 #include <shared_mutex>
+#include <span>
+#include <vector>
 
 #include "host.hpp"
 #include "names.hpp"
@@ -32,17 +39,22 @@ std::string rank_names(const bp_group &group, const std::vector<const bp_device 
   return names;
 }
 
-// The request's context, attached to every error about it.
-Error about(Error error, const bp_group &group, uint32_t collective, uint32_t dtype, uint32_t op) {
-  error.with("operation", collective_name(collective));
-  if (collective != BP_BARRIER) error.with("dtype", dtype_name(dtype));
-  if (collective_reduces(collective)) error.with("reduce_op", reduce_op_name(op));
+// The group's part of the context of every error about a request.
+Error about_group(Error error, const bp_group &group) {
   error.with("devices", describe_ranks(group));
   if (!group.name.empty()) error.with("group", group.name);
   if (group.kind) {
     error.with("plugin", {{"name", group.kind->plugin->name}, {"version", group.kind->plugin->version}});
   }
   return error;
+}
+
+// The request's context, attached to every error about it.
+Error about(Error error, const bp_group &group, uint32_t collective, uint32_t dtype, uint32_t op) {
+  error.with("operation", collective_name(collective));
+  if (collective != BP_BARRIER) error.with("dtype", dtype_name(dtype));
+  if (collective_reduces(collective)) error.with("reduce_op", reduce_op_name(op));
+  return about_group(std::move(error), group);
 }
 
 [[gnu::cold, gnu::noinline]] Status invalid(const bp_group &group, uint32_t collective, uint32_t dtype, uint32_t op,
@@ -206,13 +218,20 @@ bool enums_valid(uint32_t collective, uint32_t dtype, uint32_t op) {
          (!collective_reduces(collective) || op < BP_REDUCE_OP_COUNT);
 }
 
+// The message and context name only what is known: the first value out of
+// range stops it, and what comes after it was never read.
 [[gnu::cold, gnu::noinline]] Status enum_error(const bp_group &group, uint32_t collective, uint32_t dtype,
                                                uint32_t op) {
   if (collective >= BP_COLLECTIVE_COUNT)
-    return invalid(group, 0, 0, 0, "unknown collective " + std::to_string(collective));
-  if (collective != BP_BARRIER && dtype >= BP_DTYPE_COUNT)
-    return invalid(group, collective, 0, 0, "unknown element type " + std::to_string(dtype));
-  return invalid(group, collective, dtype, 0, "unknown reduce op " + std::to_string(op));
+    return about_group(Error(BP_INVALID_ARGUMENT, "unknown collective " + std::to_string(collective)), group);
+  const std::string name = collective_name(collective);
+  if (dtype >= BP_DTYPE_COUNT) {
+    Error error(BP_INVALID_ARGUMENT, name + ": unknown element type " + std::to_string(dtype));
+    return about_group(std::move(error).with("operation", name), group);
+  }
+  Error error(BP_INVALID_ARGUMENT,
+              name + "(" + dtype_name(dtype) + "): unknown reduce op " + std::to_string(op));
+  return about_group(std::move(error).with("operation", name).with("dtype", dtype_name(dtype)), group);
 }
 
 Status check_enums(const bp_group &group, uint32_t collective, uint32_t dtype, uint32_t op) {
@@ -238,6 +257,113 @@ Status check_enums(const bp_group &group, uint32_t collective, uint32_t dtype, u
                  "count " + std::to_string(request.count) + " overflows the size of a buffer");
 }
 
+// What plugin.h promises plugins of host memory: a rank's recv buffer
+// never overlaps another rank's buffers. The host knows the ranges only of
+// wrapped host memory (bp_buffer_wrap_host), so those are compared, over
+// the bytes the call uses: in order of their start, one sweep keeps the
+// recv range reaching furthest (recv ranges of two ranks cannot both reach
+// a point without overlapping, so one is enough) and the two send ranges of
+// distinct ranks reaching furthest. Sends and recvs are each in rank order,
+// which is address order when the caller laid its memory out rank by rank:
+// then each is sorted already and one merge orders them, O(m) for m wrapped
+// buffers (O(m log m) otherwise). Up to kPairwiseRanks ranks, every pair is
+// compared instead (at most 28 comparisons). Run only when a call has a
+// wrapped buffer; no allocation up to 32 ranks.
+struct HostRange {
+  uintptr_t begin, end;
+  size_t rank;
+  bool recv;
+};
+constexpr HostRange kNoRange = {0, 0, SIZE_MAX, false};
+// Up to this many ranks, comparing every pair is cheaper than ordering them.
+constexpr size_t kPairwiseRanks = 4;
+
+[[gnu::cold, gnu::noinline]] Status overlap_error(const bp_group &group, const bp_collective_request &request,
+                                                  const HostRange &first, const HostRange &second) {
+  auto describe = [](const HostRange &range) {
+    char text[96];
+    std::snprintf(text, sizeof text, "%s[%zu] (host memory 0x%" PRIxPTR "..0x%" PRIxPTR ")",
+                  range.recv ? "recv" : "send", range.rank, range.begin, range.end);
+    return std::string(text);
+  };
+  const HostRange &recv = second.recv ? second : first, &other = second.recv ? first : second;
+  Status status = invalid(group, request.collective, request.dtype, request.reduce_op,
+                          describe(recv) + " overlaps " + describe(other) + " of rank " + std::to_string(other.rank) +
+                              ": a rank's recv buffer may not overlap another rank's buffers");
+  Error error = status.take_error();
+  error.with("ranks", nlohmann::json::array({recv.rank, other.rank}));
+  return std::move(error).hint("give each rank's recv buffer memory of its own");
+}
+
+// Not cold: it is the path of every call on wrapped memory.
+[[gnu::noinline]] Status check_host_overlap(const bp_group &group, const bp_collective_request &request, size_t block,
+                                            size_t all_blocks) {
+  const size_t ranks = group.ranks.size();
+  // Sends, recvs and both merged: 4 ranges per rank at most.
+  std::array<HostRange, 4 * 32> on_stack;  // left uninitialised: only what is filled is read
+  std::vector<HostRange> on_heap;
+  HostRange *storage = on_stack.data();
+  if (4 * ranks > on_stack.size()) {
+    on_heap.resize(4 * ranks);
+    storage = on_heap.data();
+  }
+  HostRange *const sends = storage, *const recvs = storage + ranks, *const merged = storage + 2 * ranks;
+  size_t send_count = 0, recv_count = 0;
+  for (size_t rank = 0; rank < ranks; ++rank) {
+    const bp_rank_buffers use = bp_rank_buffers_of(request.collective, ranks, rank == request.root);
+    const bp_buffer *send = use.uses_send ? request.send[rank] : nullptr;
+    const bp_buffer *recv = use.uses_recv ? request.recv[rank] : nullptr;
+    const size_t send_bytes = use.send_blocks == 1 ? block : all_blocks;
+    const size_t recv_bytes = use.recv_blocks == 1 ? block : all_blocks;
+    // wrap_host refused ranges that wrap the address space.
+    if (send && send->host_memory && send_bytes > 0) {
+      const uintptr_t begin = reinterpret_cast<uintptr_t>(send->host_memory);
+      sends[send_count++] = HostRange{begin, begin + send_bytes, rank, false};
+    }
+    if (recv && recv->host_memory && recv_bytes > 0) {
+      const uintptr_t begin = reinterpret_cast<uintptr_t>(recv->host_memory);
+      recvs[recv_count++] = HostRange{begin, begin + recv_bytes, rank, true};
+    }
+  }
+  // Few ranks: every recv against every other rank's range, no ordering.
+  if (ranks <= kPairwiseRanks) {
+    auto overlap = [](const HostRange &a, const HostRange &b) {
+      return a.rank != b.rank && a.begin < b.end && b.begin < a.end;
+    };
+    for (const HostRange &recv : std::span<const HostRange>(recvs, recv_count)) {
+      for (const HostRange &send : std::span<const HostRange>(sends, send_count))
+        if (overlap(recv, send)) [[unlikely]]
+          return overlap_error(group, request, send, recv);
+      for (const HostRange *other = recvs; other != &recv; ++other)
+        if (overlap(recv, *other)) [[unlikely]]
+          return overlap_error(group, request, *other, recv);
+    }
+    return {};
+  }
+  auto by_begin = [](const HostRange &a, const HostRange &b) { return a.begin < b.begin; };
+  if (!std::is_sorted(sends, sends + send_count, by_begin)) std::sort(sends, sends + send_count, by_begin);
+  if (!std::is_sorted(recvs, recvs + recv_count, by_begin)) std::sort(recvs, recvs + recv_count, by_begin);
+  std::merge(sends, sends + send_count, recvs, recvs + recv_count, merged, by_begin);
+  HostRange recv_reach = kNoRange, send_reach = kNoRange, send_second = kNoRange;  // send_second: another rank's
+  for (const HostRange &range : std::span<const HostRange>(merged, send_count + recv_count)) {
+    if (recv_reach.end > range.begin && recv_reach.rank != range.rank)
+      return overlap_error(group, request, recv_reach, range);
+    if (range.recv) {
+      for (const HostRange *send : {&send_reach, &send_second})
+        if (send->end > range.begin && send->rank != range.rank) return overlap_error(group, request, *send, range);
+      if (range.end > recv_reach.end) recv_reach = range;
+    } else if (range.rank == send_reach.rank) {
+      if (range.end > send_reach.end) send_reach = range;
+    } else if (range.end > send_reach.end) {
+      send_second = send_reach;
+      send_reach = range;
+    } else if (range.end > send_second.end) {
+      send_second = range;
+    }
+  }
+  return {};
+}
+
 // Step 1: everything about the arguments; fills the plugin handles and the
 // in-place/out-of-place flags the call needs. The success path only tests;
 // every message is built in the cold functions above, on failure.
@@ -257,6 +383,7 @@ Status check_arguments(bp_group &group, const bp_collective_request &request, ui
   if (__builtin_mul_overflow(request.count, dtype_size(dtype), &block) ||
       __builtin_mul_overflow(block, ranks, &all_blocks)) [[unlikely]]
     return overflow_error(group, request);
+  bool host_memory = false;  // a buffer wraps host memory: check_host_overlap
   for (size_t rank = 0; rank < ranks; ++rank) {
     const bp_rank_buffers use = bp_rank_buffers_of(collective, ranks, rank == request.root);
     // Blocks are 1 or `ranks`, so neither product overflows once all_blocks did not.
@@ -269,10 +396,13 @@ Status check_arguments(bp_group &group, const bp_collective_request &request, ui
       return buffer_error(group, request, "recv", rank, recv, recv_bytes);
     group.send_handles[rank] = use.uses_send ? send->handle : nullptr;
     group.recv_handles[rank] = use.uses_recv ? recv->handle : nullptr;
+    host_memory |= (use.uses_send && send->host_memory) || (use.uses_recv && recv->host_memory);
     if (use.uses_send && use.uses_recv) *mode_flags |= send == recv ? BP_CAPABILITY_IN_PLACE : BP_CAPABILITY_OUT_OF_PLACE;
     if (use.uses_send) *largest_bytes = std::max(*largest_bytes, send_bytes);
     if (use.uses_recv) *largest_bytes = std::max(*largest_bytes, recv_bytes);
   }
+  if (host_memory) [[unlikely]]
+    return check_host_overlap(group, request, block, all_blocks);
   return {};
 }
 

@@ -1,7 +1,6 @@
 // The C entry points of fleet files (backplane.h): loading a fleet into a
 // host or creating a host from one, its workload, and size expressions.
 #include <algorithm>
-#include <cstring>
 #include <memory>
 #include <shared_mutex>
 
@@ -50,8 +49,9 @@ bp_error *bp_host_create_from_fleet_file(const char *path, const bp_host_options
   return guarded([&]() -> Status {
     if (!path) return Error(BP_INVALID_ARGUMENT, "bp_host_create_from_fleet_file: path is NULL");
     if (!out) return Error(BP_INVALID_ARGUMENT, "bp_host_create_from_fleet_file: out is NULL");
-    if (given && given->struct_size < BP_HOST_OPTIONS_SIZE_V1_0)
-      return Error(BP_INVALID_ARGUMENT, "bp_host_create_from_fleet_file: options->struct_size is below its 1.0 size");
+    // What bp_host_create would refuse is refused before the fleet is read.
+    Expected<CheckedHostOptions> checked = check_host_options(given);
+    if (!checked) return checked.take_error();
     Problems problems(path);
     FleetSource source = read_source(path, problems);
     Expected<nlohmann::json> document = parse_fleet(std::move(source.text), problems);
@@ -60,13 +60,8 @@ bp_error *bp_host_create_from_fleet_file(const char *path, const bp_host_options
     // The fleet's directories come first in the search order, and its
     // devices' options reach their plugins before enumeration.
     std::vector<fs::path> directories = plugin_directories(*document, source.base, problems);
-    nlohmann::json plugin_options = nlohmann::json::object();
-    bp_host_options options{};
-    if (given) std::memcpy(&options, given, std::min(given->struct_size, sizeof options));
-    if (options.plugin_options_json && *options.plugin_options_json) {
-      plugin_options = nlohmann::json::parse(options.plugin_options_json, nullptr, false);
-      if (!plugin_options.is_object()) plugin_options = nlohmann::json::object();
-    }
+    nlohmann::json &plugin_options = checked->plugin_options;
+    bp_host_options &options = checked->options;
     const nlohmann::json &devices = document->value("devices", nlohmann::json::array());
     for (size_t i = 0; i < devices.size(); ++i) {
       if (!devices[i].contains("options") || !devices[i].contains("kind")) continue;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <set>
 
 #include "fleet_meaning.hpp"
 #include "fleet_schema.hpp"
@@ -15,9 +17,16 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// The most sizes the workload of one fleet expands to, all entries
+// together: each range is bounded (sizes.cpp), and this bounds the memory a
+// file of many ranges can ask for (65536 sizes, 512 KiB).
+constexpr size_t max_fleet_sizes = size_t{1} << 16;
+
 // Stage 3: meaning, against the plugins the host has loaded. Builds the
 // named devices, groups and workload aside, and commits them only when no
-// problem was found.
+// problem was found. Every check stops once problems_ is full, and every
+// lookup is by index or tree, so a file of any size under the cap is
+// checked in bounded time.
 class FleetLoader {
  public:
   FleetLoader(bp_host &host, const nlohmann::json &document, Problems &problems)
@@ -29,6 +38,7 @@ class FleetLoader {
 
   Status load() {
     std::unique_lock lock(host_.mutex);
+    index_host_devices();
     check_devices();
     check_groups();
     check_workload();
@@ -38,6 +48,14 @@ class FleetLoader {
   }
 
  private:
+  void index_host_devices() {
+    for (const auto &device : host_.devices) {
+      std::vector<bp_device *> &of_kind = devices_by_kind_[device->kind->name];
+      if (of_kind.size() <= device->index) of_kind.resize(size_t{device->index} + 1, nullptr);
+      of_kind[device->index] = device.get();
+    }
+  }
+
   std::vector<std::string> known_kinds() const {
     std::vector<std::string> kinds;
     for (const auto &kind : host_.kinds) kinds.push_back(kind->name);
@@ -52,43 +70,57 @@ class FleetLoader {
   }
 
   bp_device *find_host_device(const std::string &kind, uint64_t index) const {
-    for (const auto &device : host_.devices) {
-      if (device->kind->name == kind && device->index == index) return device.get();
-    }
-    return nullptr;
+    auto found = devices_by_kind_.find(kind);
+    if (found == devices_by_kind_.end() || index >= found->second.size()) return nullptr;
+    return found->second[index];
   }
 
   size_t device_count(const std::string &kind) const {
-    return static_cast<size_t>(std::count_if(host_.devices.begin(), host_.devices.end(),
-                                             [&](const auto &device) { return device->kind->name == kind; }));
+    auto found = devices_by_kind_.find(kind);
+    if (found == devices_by_kind_.end()) return 0;
+    return static_cast<size_t>(std::count_if(found->second.begin(), found->second.end(),
+                                             [](const bp_device *device) { return device != nullptr; }));
   }
 
-  void kind_not_found(const std::string &pointer, const std::string &kind) {
-    nlohmann::json refused = nlohmann::json::array();
-    std::vector<std::string> candidates = known_kinds();
-    for (const RefusedPlugin &record : host_.refused) {
-      refused.push_back(nlohmann::json::parse(bp_error_json(record.error)));
-      for (const auto &[declared_kind, set] : record.declared) candidates.push_back(declared_kind);
-      // A refused libbackplane_vulkan.so makes 'vulkn' a typo of 'vulkan'.
-      if (const char *file = bp_error_field(record.error, "file")) {
-        const std::string stem = fs::path(file).stem().string();
-        if (stem.rfind("libbackplane_", 0) == 0) candidates.push_back(stem.substr(13));
-      }
+  // A kind no loaded plugin provides at `pointer`: PLUGIN_NOT_FOUND, or
+  // CONFIG when the kind's plugin is there but refused its options (at
+  // `options_pointer`, where the fleet gave them).
+  void kind_not_found(const std::string &pointer, const std::string &kind, const std::string &options_pointer = "") {
+    if (const bp_error *refusal = options_refusal(host_, kind)) {
+      if (!refused_options_reported_.insert(kind).second) return;  // one problem says it
+      const std::string at = options_pointer.empty() ? pointer : options_pointer;
+      problems_.add(BP_CONFIG, at, value_at(document_, at), bp_error_message(refusal),
+                    "fix the options of device kind '" + kind + "': its plugin enumerates no device until it takes them")
+          .with("plugin_file", bp_error_field(refusal, "file"));
+      return;
     }
+    nlohmann::json refused = nlohmann::json::array();
+    for (const RefusedPlugin &record : host_.refused) refused.push_back(nlohmann::json::parse(bp_error_json(record.error)));
     std::string reason = "unknown device kind '" + kind + "': no loaded plugin provides it";
     const std::vector<std::string> loaded = known_kinds();
     std::string list;
     for (const std::string &name : loaded) list += (list.empty() ? "" : ", ") + name;
     reason += loaded.empty() ? " (no plugin is loaded)" : " (known: " + list + ")";
     if (!refused.empty()) reason += "; " + std::to_string(refused.size()) + " plugin file(s) were refused";
-    std::string hint = did_you_mean(kind, candidates);
+    std::string hint = problems_.suggest(kind, [&] {
+      std::vector<std::string> candidates = loaded;
+      for (const RefusedPlugin &record : host_.refused) {
+        for (const auto &[declared_kind, set] : record.declared) candidates.push_back(declared_kind);
+        // A refused libbackplane_vulkan.so makes 'vulkn' a typo of 'vulkan'.
+        if (const char *file = bp_error_field(record.error, "file")) {
+          const std::string stem = fs::path(file).stem().string();
+          if (stem.rfind("libbackplane_", 0) == 0) candidates.push_back(stem.substr(13));
+        }
+      }
+      return candidates;
+    });
     if (hint.empty()) hint = "copy libbackplane_" + kind + ".so into a plugin directory, or see why it was refused";
     problems_.add(BP_PLUGIN_NOT_FOUND, pointer, kind, reason, hint).with("known_kinds", loaded).with("refused", refused);
   }
 
   void check_devices() {
     const nlohmann::json &devices = document_.value("devices", nlohmann::json::array());
-    for (size_t i = 0; i < devices.size(); ++i) {
+    for (size_t i = 0; i < devices.size() && !problems_.full(); ++i) {
       const nlohmann::json &entry = devices[i];
       const std::string at = "/devices/" + std::to_string(i);
       const std::string name = entry["name"].get<std::string>();
@@ -110,10 +142,11 @@ class FleetLoader {
       }
       const std::string kind = entry["kind"].get<std::string>();
       if (!find_kind(kind)) {
-        kind_not_found(at + "/kind", kind);
+        kind_not_found(at + "/kind", kind, entry.contains("options") ? at + "/options" : "");
         continue;
       }
       if (entry.contains("options")) check_options(at + "/options", kind, entry["options"]);
+      // The schema bounds index below 2^32 and count to 65536: no overflow.
       const uint64_t first = entry.value("index", uint64_t{0});
       const uint64_t count = entry.value("count", uint64_t{1});
       const size_t available = device_count(kind);
@@ -134,6 +167,8 @@ class FleetLoader {
         problems_.add(BP_CONFIG, at + "/name", name, "device name '" + name + "' is already taken by a loaded fleet");
         continue;
       }
+      std::map<uint32_t, std::string> &declared = declared_by_kind_[kind];
+      for (const bp_device *device : named) declared.emplace(device->index, name);
       names_[name] = std::move(named);
     }
   }
@@ -150,39 +185,74 @@ class FleetLoader {
     }
   }
 
+  // A group member as kind:index, by the one spelling of device names
+  // (names.hpp). Once the fleet declares devices of a kind, those are the
+  // devices of that kind its groups may name.
+  std::vector<bp_device *> resolve_device_name(const std::string &pointer, const std::string &reference) {
+    std::string why, respelled;
+    const std::optional<DeviceNameParts> parts = parse_device_name(reference, &why, &respelled);
+    if (!parts) {
+      problems_.add(BP_CONFIG, pointer, reference, "device '" + reference + "' is not a device name: " + why,
+                    respelled.empty() ? "name a device of the fleet, or one as kind:index, e.g. cpu:0"
+                                      : "did you mean '" + respelled + "'?");
+      return {};
+    }
+    const std::string kind(parts->kind);
+    if (!find_kind(kind)) {
+      kind_not_found(pointer, kind);
+      return {};
+    }
+    auto declared = declared_by_kind_.find(kind);
+    if (declared != declared_by_kind_.end() && !declared->second.count(parts->index)) {
+      std::string list;
+      for (const auto &[index, name] : declared->second) {
+        if (list.size() > 200) {
+          list += ", ...";
+          break;
+        }
+        list += (list.empty() ? "" : ", ") + kind + ":" + std::to_string(index) + " ('" + name + "')";
+      }
+      problems_.add(BP_CONFIG, pointer, reference,
+                    "device '" + reference + "' is not one of the " + kind + " devices the fleet declares (" + list + ")",
+                    problems_.suggest(reference, [&] {
+                      std::vector<std::string> candidates;
+                      for (const auto &[index, name] : declared->second) candidates.push_back(kind + ":" + std::to_string(index));
+                      return candidates;
+                    }));
+      return {};
+    }
+    bp_device *device = find_host_device(kind, parts->index);
+    if (!device) {
+      problems_.add(BP_CONFIG, pointer, reference,
+                    "device '" + reference + "' does not exist: the plugin enumerates " +
+                        std::to_string(device_count(kind)) + " " + kind + " device(s)");
+      return {};
+    }
+    return {device};
+  }
+
   // A group member: a fleet name (all its devices) or kind:index.
   std::vector<bp_device *> resolve(const std::string &pointer, const std::string &reference) {
     if (auto named = names_.find(reference); named != names_.end()) return named->second;
     if (auto named = host_.device_names.find(reference); named != host_.device_names.end()) return named->second;
-    const size_t colon = reference.rfind(':');
-    if (colon != std::string::npos) {
-      const std::string kind = reference.substr(0, colon), index_text = reference.substr(colon + 1);
-      const bool numeric = !index_text.empty() && index_text.find_first_not_of("0123456789") == std::string::npos &&
-                           index_text.size() < 10;
-      if (numeric && find_kind(kind)) {
-        const uint64_t index = std::stoull(index_text);
-        if (bp_device *device = find_host_device(kind, index)) return {device};
-        problems_.add(BP_CONFIG, pointer, reference,
-                      "device '" + reference + "' does not exist: the plugin enumerates " +
-                          std::to_string(device_count(kind)) + " " + kind + " device(s)");
-        return {};
-      }
-      if (numeric) {
-        kind_not_found(pointer, kind);
-        return {};
-      }
-    }
-    std::vector<std::string> candidates;
-    for (const auto &[name, devices] : names_) candidates.push_back(name);
-    for (const auto &device : host_.devices) candidates.push_back(device->name);
-    problems_.add(BP_CONFIG, pointer, reference, "unknown device '" + reference + "'", did_you_mean(reference, candidates));
+    // A device entry that failed its own checks was already reported.
+    if (first_device_entry_.count(reference)) return {};
+    // Fleet names have no ':' (the schema's pattern).
+    if (reference.find(':') != std::string::npos) return resolve_device_name(pointer, reference);
+    problems_.add(BP_CONFIG, pointer, reference, "unknown device '" + reference + "'",
+                  problems_.suggest(reference, [&] {
+                    std::vector<std::string> candidates;
+                    for (const auto &[name, devices] : names_) candidates.push_back(name);
+                    for (const auto &device : host_.devices) candidates.push_back(device->name);
+                    return candidates;
+                  }));
     return {};
   }
 
   void check_groups() {
     const nlohmann::json &groups = document_.value("groups", nlohmann::json::array());
     std::map<std::string, std::string> first_entry;
-    for (size_t g = 0; g < groups.size(); ++g) {
+    for (size_t g = 0; g < groups.size() && !problems_.full(); ++g) {
       const nlohmann::json &entry = groups[g];
       const std::string at = "/groups/" + std::to_string(g);
       const std::string name = entry["name"].get<std::string>();
@@ -196,9 +266,9 @@ class FleetLoader {
       }
       first_entry.emplace(name, at);
       std::vector<bp_device *> ranks;
-      std::map<bp_device *, std::string> seen;
+      std::map<bp_device *, size_t> seen;  // device -> the member that named it first
       const nlohmann::json &members = entry["devices"];
-      for (size_t k = 0; k < members.size(); ++k) {
+      for (size_t k = 0; k < members.size() && !problems_.full(); ++k) {
         const std::string pointer = at + "/devices/" + std::to_string(k);
         const std::string reference = members[k].get<std::string>();
         std::vector<bp_device *> resolved = resolve(pointer, reference);
@@ -206,12 +276,14 @@ class FleetLoader {
         for (bp_device *device : resolved) {
           if (auto twice = seen.find(device); twice != seen.end()) {
             problems_.add(BP_CONFIG, pointer, reference,
-                          "device '" + device->name + "' appears twice in group '" + name + "' (also at " + twice->second + ")",
+                          "device '" + device->name + "' appears twice in group '" + name + "' (also at " + at +
+                              "/devices/" + std::to_string(twice->second) + ")",
                           "a device may appear once in a group");
             good = false;
-            continue;
+            // The rest of a name that repeats are repeats too: one problem is enough.
+            break;
           }
-          seen.emplace(device, pointer);
+          seen.emplace(device, k);
           ranks.push_back(device);
         }
       }
@@ -241,20 +313,55 @@ class FleetLoader {
     return nullptr;
   }
 
+  // Fields of a workload entry its collective has no use for: a barrier
+  // moves no data, only reducing collectives have an op, only rooted ones a
+  // root. Given anyway, they would be read as meaning something.
+  bool check_unused_fields(const std::string &at, const nlohmann::json &entry, bp_collective collective) {
+    const std::string name = collective_name(collective);
+    struct Unused {
+      const char *field;
+      bool unused;
+      std::string why;
+    };
+    const Unused fields[] = {
+        {"dtype", collective == BP_BARRIER, "a barrier moves no data"},
+        {"sizes", collective == BP_BARRIER, "a barrier moves no data"},
+        {"op", !collective_reduces(collective), name + " does not reduce"},
+        {"root", !collective_has_root(collective), name + " has no root"},
+    };
+    bool good = true;
+    for (const Unused &field : fields) {
+      if (!field.unused || !entry.contains(field.field)) continue;
+      problems_.add(BP_CONFIG, at + "/" + field.field, entry[field.field],
+                    "'" + std::string(field.field) + "' means nothing here: " + field.why,
+                    "remove \"" + std::string(field.field) + "\" from the entry");
+      good = false;
+    }
+    return good;
+  }
+
   void check_workload() {
     const nlohmann::json &workload = document_.value("workload", nlohmann::json::array());
-    for (size_t w = 0; w < workload.size(); ++w) {
+    for (size_t w = 0; w < workload.size() && !problems_.full(); ++w) {
       const nlohmann::json &entry = workload[w];
       const std::string at = "/workload/" + std::to_string(w);
       const std::string group_name = entry["group"].get<std::string>();
       bp_group *group = find_group(group_name);
       if (!group) {
-        std::vector<std::string> candidates;
-        for (const nlohmann::json &defined : document_.value("groups", nlohmann::json::array())) candidates.push_back(defined["name"]);
-        for (const auto &defined : host_.groups) candidates.push_back(defined->name);
         // A group that failed its own checks was already reported.
-        const bool defined_here = std::find(candidates.begin(), candidates.end(), group_name) != candidates.end();
-        if (!defined_here) problems_.add(BP_CONFIG, at + "/group", group_name, "unknown group '" + group_name + "'", did_you_mean(group_name, candidates));
+        const nlohmann::json &defined_groups = document_.value("groups", nlohmann::json::array());
+        const bool defined_here = std::any_of(defined_groups.begin(), defined_groups.end(), [&](const nlohmann::json &defined) {
+          return defined["name"] == group_name;
+        });
+        if (!defined_here) {
+          problems_.add(BP_CONFIG, at + "/group", group_name, "unknown group '" + group_name + "'",
+                        problems_.suggest(group_name, [&] {
+                          std::vector<std::string> candidates;
+                          for (const nlohmann::json &defined : defined_groups) candidates.push_back(defined["name"]);
+                          for (const auto &defined : host_.groups) candidates.push_back(defined->name);
+                          return candidates;
+                        }));
+        }
         continue;
       }
       Workload item;
@@ -269,6 +376,7 @@ class FleetLoader {
       item.info.collective = collective;
       item.info.dtype = dtype;
       item.info.reduce_op = op;
+      // The schema bounds root below 2^32.
       item.info.root = entry.value("root", uint32_t{0});
       item.info.iterations = entry.value("iterations", uint32_t{20});
       item.info.warmup = entry.value("warmup", uint32_t{5});
@@ -276,7 +384,7 @@ class FleetLoader {
       const nlohmann::json in_place = entry.value("in_place", nlohmann::json("both"));
       item.info.modes = in_place.is_boolean() ? (in_place.get<bool>() ? BP_WORKLOAD_IN_PLACE : BP_WORKLOAD_OUT_OF_PLACE)
                                               : BP_WORKLOAD_IN_PLACE | BP_WORKLOAD_OUT_OF_PLACE;
-      bool good = true;
+      bool good = check_unused_fields(at, entry, collective);
       if (collective_has_root(collective) && item.info.root >= group->ranks.size()) {
         problems_.add(BP_CONFIG, at + "/root", entry["root"],
                       "root " + std::to_string(item.info.root) + " is outside group '" + group_name + "' of " +
@@ -309,21 +417,35 @@ class FleetLoader {
     if (collective == BP_BARRIER) return true;
     const nlohmann::json given = entry.value("sizes", nlohmann::json("8B..1MiB x8"));
     auto add = [&](const std::string &pointer, const nlohmann::json &value) {
-      if (value.is_number_unsigned() || value.is_number_integer()) {
-        sizes.push_back(value.get<uint64_t>());
-        return true;
+      std::vector<uint64_t> parsed_sizes;
+      if (value.is_number()) {
+        // An integer of at least 0 below 2^63 (the schema), perhaps written as 4096.0.
+        parsed_sizes.push_back(value.get<uint64_t>());
+      } else {
+        Expected<std::vector<uint64_t>> parsed = parse_sizes(value.get<std::string>());
+        if (!parsed) {
+          problems_.add(BP_CONFIG, pointer, value, parsed.error().message(), "write sizes like \"4KiB\" or \"8B..64MiB x4\"");
+          return false;
+        }
+        parsed_sizes = std::move(*parsed);
       }
-      Expected<std::vector<uint64_t>> parsed = parse_sizes(value.get<std::string>());
-      if (!parsed) {
-        problems_.add(BP_CONFIG, pointer, value, parsed.error().message(), "write sizes like \"4KiB\" or \"8B..64MiB x4\"");
+      if (sizes_over_limit_) return false;  // reported once, where the workload went past it
+      if (parsed_sizes.size() > max_fleet_sizes - sizes_in_fleet_) {
+        problems_.add(BP_CONFIG, pointer, value,
+                      "these " + std::to_string(parsed_sizes.size()) + " size(s) take the workload past " +
+                          std::to_string(max_fleet_sizes) + " sizes in all, the most a fleet takes",
+                      "sweep fewer sizes: a larger factor or step, or fewer entries");
+        sizes_over_limit_ = true;
         return false;
       }
-      sizes.insert(sizes.end(), parsed->begin(), parsed->end());
+      sizes_in_fleet_ += parsed_sizes.size();
+      sizes.insert(sizes.end(), parsed_sizes.begin(), parsed_sizes.end());
       return true;
     };
     if (!given.is_array()) return add(at + "/sizes", given);
     bool good = true;
-    for (size_t k = 0; k < given.size(); ++k) good = add(at + "/sizes/" + std::to_string(k), given[k]) && good;
+    for (size_t k = 0; k < given.size() && !problems_.full(); ++k)
+      good = add(at + "/sizes/" + std::to_string(k), given[k]) && good;
     return good;
   }
 
@@ -342,8 +464,15 @@ class FleetLoader {
   bp_host &host_;
   const nlohmann::json &document_;
   Problems &problems_;
+  // The host's devices by kind, each at its index (NULL in a gap).
+  std::map<std::string, std::vector<bp_device *>, std::less<>> devices_by_kind_;
   std::map<std::string, std::string> first_device_entry_;
   std::map<std::string, std::vector<bp_device *>> names_;
+  // Per kind, the indices of the devices the fleet's entries name, and the name.
+  std::map<std::string, std::map<uint32_t, std::string>> declared_by_kind_;
+  std::set<std::string> refused_options_reported_;  // kinds whose plugin refused its options
+  size_t sizes_in_fleet_ = 0;
+  bool sizes_over_limit_ = false;
   std::vector<bp_group *> groups_;  // created, not yet committed
   std::vector<Workload> workloads_;
 };

@@ -54,11 +54,18 @@ std::optional<LogSettings> parse_settings(std::string_view spec) {
   return settings;
 }
 
+// Settings and sink under `mutex`, held only to read or replace them.
+// Sinks run under `output` instead, which keeps lines from interleaving and
+// lets bp_log_set_sink wait for a sink call in progress on another thread
+// (after it returns, the old sink is not called again). A sink may call
+// bp_log_configure and bp_log_set_sink itself: neither needs `output` on
+// the sink's own thread.
 struct LogState {
   std::mutex mutex;
   LogSettings settings;
   bp_log_sink sink = nullptr;
   void *sink_context = nullptr;
+  std::mutex output;
 
   LogState() {
     if (const char *spec = std::getenv("BACKPLANE_LOG")) {
@@ -66,6 +73,9 @@ struct LogState {
     }
   }
 };
+
+// Set while this thread runs a sink (and so holds LogState::output).
+thread_local bool in_sink = false;
 
 LogState &state() {
   static LogState instance;
@@ -99,15 +109,38 @@ bool log_enabled(bp_log_level level, std::string_view category) {
 
 void log(bp_log_level level, std::string_view category, std::string_view message) {
   LogState &current = state();
-  std::lock_guard lock(current.mutex);  // also keeps lines from interleaving
-  if (!enabled_locked(current.settings, level, category)) return;
-  if (current.sink) {
-    const std::string category_text(category), message_text(message);
-    current.sink(current.sink_context, level, category_text.c_str(), message_text.c_str());
+  {
+    std::lock_guard lock(current.mutex);
+    if (!enabled_locked(current.settings, level, category)) return;
+  }
+  auto to_stderr = [&] {
+    std::fprintf(stderr, "backplane %s %.*s: %.*s\n", level_name(level), static_cast<int>(category.size()),
+                 category.data(), static_cast<int>(message.size()), message.data());
+  };
+  // A line logged while this thread runs a sink (the sink called into the
+  // library) goes to stderr: calling the sink again could recurse forever.
+  if (in_sink) {
+    to_stderr();
     return;
   }
-  std::fprintf(stderr, "backplane %s %.*s: %.*s\n", level_name(level), static_cast<int>(category.size()),
-               category.data(), static_cast<int>(message.size()), message.data());
+  std::lock_guard output(current.output);
+  bp_log_sink sink = nullptr;
+  void *context = nullptr;
+  {
+    std::lock_guard lock(current.mutex);
+    sink = current.sink;
+    context = current.sink_context;
+  }
+  if (!sink) {
+    to_stderr();
+    return;
+  }
+  const std::string category_text(category), message_text(message);
+  struct InSink {
+    InSink() { in_sink = true; }
+    ~InSink() { in_sink = false; }
+  } running;
+  sink(context, level, category_text.c_str(), message_text.c_str());
 }
 
 }  // namespace backplane
@@ -116,6 +149,10 @@ extern "C" {
 
 void bp_log_set_sink(bp_log_sink sink, void *context) {
   backplane::LogState &current = backplane::state();
+  // Waits for a sink running on another thread; a sink that replaces
+  // itself already holds `output`.
+  std::unique_lock output(current.output, std::defer_lock);
+  if (!backplane::in_sink) output.lock();
   std::lock_guard lock(current.mutex);
   current.sink = sink;
   current.sink_context = context;

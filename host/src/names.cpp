@@ -2,6 +2,7 @@
 // that appear in messages, JSON and the CLI, frozen like the numbers.
 #include "names.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -79,6 +80,53 @@ const char *collective_name(uint32_t collective) {
   return name_or_unknown(collective_names, collective);
 }
 size_t dtype_size(uint32_t dtype) { return dtype < BP_DTYPE_COUNT ? dtype_sizes[dtype] : 0; }
+std::optional<DeviceNameParts> parse_device_name(std::string_view name, std::string *why, std::string *respelled) {
+  if (respelled) respelled->clear();
+  const size_t colon = name.rfind(':');
+  if (colon == std::string_view::npos) {
+    *why = "it is not of the form kind:index";
+    return std::nullopt;
+  }
+  const std::string_view kind = name.substr(0, colon), index = name.substr(colon + 1);
+  auto is_kind_char = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; };
+  auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
+  const bool kind_ok = !kind.empty() && std::all_of(kind.begin(), kind.end(), is_kind_char);
+  const bool digits = !index.empty() && std::all_of(index.begin(), index.end(), is_digit);
+  // The same name written right: lower case, leading zeros dropped.
+  auto respell = [&] {
+    if (!respelled || kind.empty() || !digits) return;
+    std::string lowered(kind);
+    for (char &c : lowered) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+    if (!std::all_of(lowered.begin(), lowered.end(), is_kind_char)) return;
+    const size_t first_digit = std::min(index.find_first_not_of('0'), index.size() - 1);
+    if (index.size() - first_digit > 10) return;
+    *respelled = lowered + ":" + std::string(index.substr(first_digit));
+  };
+  if (!kind_ok) {
+    *why = kind.empty() ? "the kind before ':' is empty" : "the kind '" + std::string(kind) + "' is not of [a-z0-9_]";
+    respell();
+    return std::nullopt;
+  }
+  if (!digits) {
+    *why = "the index '" + std::string(index) + "' is not a decimal number";
+    return std::nullopt;
+  }
+  if (index.size() > 1 && index.front() == '0') {
+    *why = "the index '" + std::string(index) + "' has a leading zero";
+    respell();
+    return std::nullopt;
+  }
+  uint64_t value = 0;
+  for (char c : index) {
+    value = value * 10 + static_cast<uint64_t>(c - '0');
+    if (value > UINT32_MAX) {
+      *why = "the index " + std::string(index) + " is above " + std::to_string(UINT32_MAX);
+      return std::nullopt;
+    }
+  }
+  return DeviceNameParts{kind, static_cast<uint32_t>(value)};
+}
+
 std::string dtype_list(uint32_t mask) { return mask_list(dtype_names, mask); }
 std::string reduce_op_list(uint32_t mask) { return mask_list(reduce_op_names, mask); }
 

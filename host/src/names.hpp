@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -29,6 +30,20 @@ constexpr bool collective_has_root(uint32_t collective) {
   return collective == BP_REDUCE || collective == BP_BROADCAST || collective == BP_GATHER ||
          collective == BP_SCATTER;
 }
+
+// A device's name, "kind:index" (bp_device_info.name), split: the one
+// spelling bp_host_find_device and fleet groups both take. The kind is of
+// [a-z0-9_] as plugins declare kinds; the index is decimal, below 2^32 and
+// without leading zeros, so that each device has exactly one name.
+struct DeviceNameParts {
+  std::string_view kind;
+  uint32_t index = 0;
+};
+// nullopt when `name` is not spelled so: *why says what is wrong, and
+// *respelled (when given) is the name written right where there is one
+// ("cpu:1" for "cpu:01", "cpu:0" for "CPU:0"), else "".
+std::optional<DeviceNameParts> parse_device_name(std::string_view name, std::string *why,
+                                                 std::string *respelled = nullptr);
 
 // "f32, i32" for a dtype mask; "sum, max" for an op mask.
 std::string dtype_list(uint32_t mask);

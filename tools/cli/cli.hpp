@@ -58,8 +58,9 @@ double median(std::vector<double> values);
 // it is empty, created from the options with the built-in default fleet
 // (configs/default.json) loaded into it. On failure prints every problem on
 // stderr (print_problems) and returns nothing; the caller exits with
-// kExitFailure.
-std::optional<Host> open_fleet(const GlobalOptions &options, const std::string &fleet_file);
+// kExitFailure. `failure`, when given, gets the error as well (for --json).
+std::optional<Host> open_fleet(const GlobalOptions &options, const std::string &fleet_file,
+                               std::optional<Error> *failure = nullptr);
 // How the fleet is named in output: the file, or "built-in default fleet".
 std::string fleet_label(const std::string &fleet_file);
 // Every problem of a fleet error, one `FILE:POINTER: reason` line each (the

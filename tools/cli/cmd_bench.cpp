@@ -32,6 +32,9 @@ using Json = nlohmann::ordered_json;
 
 // More sizes than this is a typo (-i 1 up to 64M), not a benchmark.
 constexpr size_t kMaxSizes = 10000;
+// The most -n and -w take, as a fleet's "iterations" and "warmup"
+// (configs/schema.json): each timed call keeps its time, so -n is memory.
+constexpr uint32_t kMaxIterations = 1000000;
 
 // A name and the other names it is known by: ours first, then nccl-tests'.
 template <typename Enum>
@@ -298,6 +301,13 @@ int run_bench(const GlobalOptions &options, const BenchOptions &bench) {
   if (!sweep) return kExitUsage;
   if (bench.iterations == 0) {
     print_usage_error("-n 0: at least one timed iteration is needed");
+    return kExitUsage;
+  }
+  if (bench.iterations > kMaxIterations || bench.warmup > kMaxIterations) {
+    const bool timed = bench.iterations > kMaxIterations;
+    print_usage_error(std::string(timed ? "-n " : "-w ") + std::to_string(timed ? bench.iterations : bench.warmup) +
+                      ": at most " + std::to_string(kMaxIterations) + (timed ? " timed" : " warmup") +
+                      " iterations per size and mode");
     return kExitUsage;
   }
   if (!bench.fleet_file.empty() && bench.devices_given) {

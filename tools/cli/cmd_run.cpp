@@ -23,8 +23,19 @@ int run_run(const GlobalOptions &options, const std::string &fleet_file, bool js
     }
     return run_sweep(options);
   }
-  std::optional<Host> host = open_fleet(options, fleet_file);
-  if (!host) return kExitFailure;
+  std::optional<Error> failure;
+  std::optional<Host> host = open_fleet(options, fleet_file, &failure);
+  if (!host) {
+    // Machines reading stdout get the refusal there too, with every problem.
+    if (json) {
+      Json out = {{"fleet", fleet_file.empty() ? Json(nullptr) : Json(fleet_file)},
+                  {"ok", false},
+                  {"error", failure ? Json::parse(failure->json(), nullptr, false) : Json(nullptr)}};
+      // The path as given may not be UTF-8; the error's text already is.
+      std::printf("%s\n", out.dump(2, ' ', false, Json::error_handler_t::replace).c_str());
+    }
+    return kExitFailure;
+  }
   Result<std::vector<WorkloadInfo>> entries = host->workloads();
   if (!entries) {
     print_error(entries.error());

@@ -41,19 +41,26 @@ size_t edit_distance(const std::string &a, const std::string &b) {
 
 }  // namespace
 
-std::optional<Host> open_fleet(const GlobalOptions &options, const std::string &fleet_file) {
+std::optional<Host> open_fleet(const GlobalOptions &options, const std::string &fleet_file,
+                              std::optional<Error> *failure) {
   if (fleet_file.empty()) {
-    std::optional<Host> host = open_host(options);
-    if (!host) return std::nullopt;
-    if (Status loaded = host->load_fleet_text(kDefaultFleetJson); !loaded) {
-      print_problems(stderr, loaded.error(), kDefaultFleetLabel);
+    Result<Host> host = Host::create(host_options(options));
+    if (!host) {
+      print_error(host.error());
+      if (failure) *failure = host.error();
       return std::nullopt;
     }
-    return host;
+    if (Status loaded = host->load_fleet_text(kDefaultFleetJson); !loaded) {
+      print_problems(stderr, loaded.error(), kDefaultFleetLabel);
+      if (failure) *failure = loaded.error();
+      return std::nullopt;
+    }
+    return std::move(host).value();
   }
   Result<Host> host = Host::create_from_fleet_file(fleet_file, host_options(options));
   if (!host) {
     print_problems(stderr, host.error(), fleet_file);
+    if (failure) *failure = host.error();
     return std::nullopt;
   }
   return std::move(host).value();
