@@ -881,14 +881,17 @@ double milliseconds(Clock::duration duration) {
 // An _async all_reduce of a large buffer returns while the device works:
 // right after the start the event is not complete, and the start took a
 // small part of the time the collective took. A synchronous plugin (one
-// that finishes in collective_start) fails both. Should PoCL finish even
-// so before the first test, a larger buffer is tried.
+// that finishes in collective_start) fails both for every size. Should
+// PoCL finish even so before the first test, or should a loaded machine
+// stall the starting thread (the sanitizer builds share two cores with
+// another test), a larger buffer is tried.
 TEST(OpenclAsync, AllReduceReturnsBeforeTheWorkIsDone) {
   Host host = make_builtin_host();
   REQUIRE_OPENCL_DEVICES(host, 2, devices);
   const std::vector<Device> ranks(devices.begin(), devices.begin() + 2);
   Group group = host.create_group(ranks).value();
   bool seen_in_flight = false;
+  std::string last_start;
   for (size_t mebibytes : {64, 256}) {
     SCOPED_TRACE(std::to_string(mebibytes) + " MiB per buffer");
     const size_t count = mebibytes << 18;  // f32 elements
@@ -907,15 +910,16 @@ TEST(OpenclAsync, AllReduceReturnsBeforeTheWorkIsDone) {
     const Clock::time_point finished = Clock::now();
     ASSERT_TRUE(waited) << waited.error().json();
     for (size_t r = 0; r < ranks.size(); ++r) EXPECT_EQ(mismatches(recv[r], 0, count, 3.0f), "") << "rank " << r;
-    if (complete_at_start) continue;
+    last_start = std::to_string(mebibytes) + " MiB: the start took " + std::to_string(milliseconds(started - before)) +
+                 " ms of the collective's " + std::to_string(milliseconds(finished - before)) + " ms" +
+                 (complete_at_start ? ", and the event was complete right after it" : "");
+    if (complete_at_start || started - before >= (finished - before) / 4) continue;
     seen_in_flight = true;
-    EXPECT_LT(started - before, (finished - before) / 4)
-        << "the start took " << milliseconds(started - before) << " ms of the collective's "
-        << milliseconds(finished - before) << " ms";
     break;
   }
-  EXPECT_TRUE(seen_in_flight) << "every all_reduce was complete as soon as it started: the plugin runs them "
-                                 "synchronously";
+  EXPECT_TRUE(seen_in_flight) << "no all_reduce was still in flight right after a short start, so the plugin "
+                                 "runs them synchronously; last: "
+                              << last_start;
 }
 
 // A wait with a small limit while the collective runs is TIMEOUT and
