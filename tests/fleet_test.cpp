@@ -266,6 +266,10 @@ const BadFleet kBadFleets[] = {
         .reason_has("4294967296 is outside the range 0..4294967295"),
     BadFleet("huge_integer", BP_CONFIG, "/devices/0/index", "18446744073709551615")
         .reason_has("18446744073709551615 is above 9223372036854775807"),
+    BadFleet("probe_not_boolean", BP_CONFIG, "/probe", R"("yes")").reason_has("has the wrong type (string)"),
+    BadFleet("pin_too_short", BP_CONFIG, "/plugin_pins/libbackplane_cpu.so",
+             R"("9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a0")")
+        .reason_has("does not match ^[0-9A-Fa-f]{64}$"),
     // A oneOf that fails says what the value may be, in one line.
     BadFleet("sizes_wrong_type", BP_CONFIG, "/workload/0/sizes", "true")
         .reason_has("has the wrong type (boolean): expected a size expression such as \"8B..64MiB x4\", or a list"),

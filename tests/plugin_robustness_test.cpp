@@ -402,4 +402,161 @@ TEST(PluginPins, MalformedPinsAreAConfigError) {
   }
 }
 
+// Fleet files pin plugins too ("plugin_pins"), beside the host options.
+struct PinnedFleet {
+  PluginDir plugins{{"narrow"}};
+  TempDir dir;
+  // A fleet over the plugin directory with `pins` (a JSON object) and a
+  // group of two mock devices when `with_group`.
+  std::string write(const std::string &pins, bool with_group = true, const std::string &kind = "mock") {
+    nlohmann::json fleet = {{"version", 1},
+                            {"plugin_dirs", {plugins.dir.path().string()}},
+                            {"plugin_pins", nlohmann::json::parse(pins)}};
+    if (with_group) fleet["groups"] = {{{"name", "pair"}, {"devices", {kind + ":0", kind + ":1"}}}};
+    return dir.write_file("fleet.json", fleet.dump()).string();
+  }
+  static HostOptions options(const std::string &pins = "") {
+    HostOptions options;
+    options.flags = BP_HOST_IGNORE_ENV_PATH | BP_HOST_IGNORE_INSTALL_PATH;
+    options.plugin_pins_json = pins;
+    return options;
+  }
+};
+
+std::string pin_of(const std::string &file, const std::string &sha256) {
+  return nlohmann::json{{file, sha256}}.dump();
+}
+
+std::vector<std::string> pointers_of(const Error &error) {
+  std::vector<std::string> pointers;
+  for (const bp_error *problem : error.problems()) pointers.push_back(text_field(problem, "pointer"));
+  return pointers;
+}
+
+TEST(FleetPins, AMatchingPinLoadsTheFleet) {
+  PinnedFleet fleet;
+  std::string digest = sha256_of(fixture_path("good"));
+  std::transform(digest.begin(), digest.end(), digest.begin(), [](unsigned char c) { return std::toupper(c); });
+  Result<Host> host = Host::create_from_fleet_file(fleet.write(pin_of("libbackplane_good.so", digest)),
+                                                   PinnedFleet::options());
+  ASSERT_TRUE(host) << host.error().json();
+  EXPECT_EQ(plugin_names(*host), (std::set<std::string>{"mock", "narrow"})) << describe_refused(*host);
+  EXPECT_TRUE(host->find_group("pair"));
+}
+
+TEST(FleetPins, AMismatchRefusesTheFileAndTheFleetSaysWhy) {
+  PinnedFleet fleet;
+  const std::string wrong(64, 'b');
+  Result<Host> host = Host::create_from_fleet_file(
+      fleet.write(pin_of("libbackplane_narrow.so", wrong), true, "narrow"), PinnedFleet::options());
+  ASSERT_FALSE(host);
+  EXPECT_EQ(host.error().code(), BP_PLUGIN_NOT_FOUND) << host.error().json();
+  EXPECT_EQ(pointers_of(host.error()), (std::vector<std::string>{"/groups/0/devices/0", "/groups/0/devices/1"}));
+  for (const bp_error *problem : host.error().problems()) {
+    const std::string message = bp_error_message(problem);
+    EXPECT_NE(message.find("device kind 'narrow': its plugin was refused"), std::string::npos) << message;
+    EXPECT_NE(message.find(wrong), std::string::npos) << message;
+    EXPECT_NE(message.find(sha256_of(fixture_path("narrow"))), std::string::npos) << message;
+    EXPECT_EQ(text_field(problem, "hint").rfind("install the pinned build of libbackplane_narrow.so", 0), 0u)
+        << json_of(problem);
+  }
+
+  // Without the group the host comes up, with the pinned file refused once
+  // and the others loaded.
+  Result<Host> without_group = Host::create_from_fleet_file(
+      fleet.write(pin_of("libbackplane_narrow.so", wrong), false), PinnedFleet::options());
+  ASSERT_TRUE(without_group) << without_group.error().json();
+  ASSERT_EQ(without_group->refused().size(), 1u) << describe_refused(*without_group);
+  EXPECT_EQ(bp_error_code(without_group->refused()[0]), BP_PLUGIN_LOAD);
+  EXPECT_EQ(text_field(without_group->refused()[0], "pinned_sha256"), wrong);
+  EXPECT_EQ(plugin_names(*without_group), (std::set<std::string>{"mock"}));
+  EXPECT_TRUE(all_reduce_works(*without_group, "mock", kMockDevices));
+}
+
+TEST(FleetPins, APinThatDisagreesWithTheHostOptionsIsAConfigProblem) {
+  PinnedFleet fleet;
+  const std::string digest = sha256_of(fixture_path("good"));
+  Result<Host> host = Host::create_from_fleet_file(fleet.write(pin_of("libbackplane_good.so", std::string(64, 'c'))),
+                                                   PinnedFleet::options(pin_of("libbackplane_good.so", digest)));
+  ASSERT_FALSE(host);
+  EXPECT_EQ(host.error().code(), BP_CONFIG) << host.error().json();
+  EXPECT_EQ(pointers_of(host.error()), (std::vector<std::string>{"/plugin_pins/libbackplane_good.so"}));
+  // Agreeing pins (in another case) load.
+  std::string upper = digest;
+  std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return std::toupper(c); });
+  Result<Host> agreeing = Host::create_from_fleet_file(fleet.write(pin_of("libbackplane_good.so", upper)),
+                                                       PinnedFleet::options(pin_of("libbackplane_good.so", digest)));
+  EXPECT_TRUE(agreeing) << agreeing.error().json();
+}
+
+TEST(FleetPins, MalformedPinsAreSchemaProblemsAtEachEntry) {
+  PinnedFleet fleet;
+  const std::string hex(64, 'd');
+  const std::string pins = nlohmann::json{{"good.so", hex},
+                                          {"libbackplane_good.so", "abc"},
+                                          {"libbackplane_narrow.so", 7}}
+                               .dump();
+  Result<Host> host = Host::create_from_fleet_file(fleet.write(pins), PinnedFleet::options());
+  ASSERT_FALSE(host);
+  EXPECT_EQ(host.error().code(), BP_CONFIG) << host.error().json();
+  std::vector<std::string> pointers = pointers_of(host.error());
+  std::sort(pointers.begin(), pointers.end());
+  EXPECT_EQ(pointers, (std::vector<std::string>{"/plugin_pins/good.so", "/plugin_pins/libbackplane_good.so",
+                                                "/plugin_pins/libbackplane_narrow.so"}))
+      << host.error().json();
+  for (const bp_error *problem : host.error().problems()) {
+    const std::string reason = text_field(problem, "reason");
+    if (text_field(problem, "pointer") == "/plugin_pins/good.so") {
+      EXPECT_EQ(reason, "'good.so' does not name a plugin file");
+    }
+    if (text_field(problem, "pointer") == "/plugin_pins/libbackplane_good.so") {
+      EXPECT_NE(reason.find("\"abc\" does not match"), std::string::npos) << reason;
+    }
+  }
+  Result<Host> not_object = Host::create_from_fleet_file(fleet.write("[]"), PinnedFleet::options());
+  ASSERT_FALSE(not_object);
+  EXPECT_EQ(not_object.error().code(), BP_CONFIG);
+  EXPECT_EQ(pointers_of(not_object.error()), (std::vector<std::string>{"/plugin_pins"}));
+}
+
+TEST(FleetPins, LoadingIntoALiveHostChecksThePluginsAlreadyLoaded) {
+  PinnedFleet fleet;
+  Host host = fleet.plugins.host();
+  const size_t plugins_before = host.plugins().size();
+  // A pin on a loaded plugin with other content: CONFIG, nothing changes.
+  Status refused = host.load_fleet_file(fleet.write(pin_of("libbackplane_good.so", std::string(64, 'e'))));
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), BP_CONFIG) << refused.error().json();
+  EXPECT_EQ(pointers_of(refused.error()), (std::vector<std::string>{"/plugin_pins/libbackplane_good.so"}));
+  EXPECT_NE(refused.error().problems()[0] ? std::string(bp_error_message(refused.error().problems()[0])).find(
+                                                "is already loaded")
+                                          : std::string::npos,
+            std::string::npos)
+      << refused.error().json();
+  EXPECT_FALSE(host.find_group("pair"));
+  EXPECT_EQ(host.plugins().size(), plugins_before);
+  // The refused pin was not kept: a fleet pinning the right content loads.
+  Status loaded = host.load_fleet_file(fleet.write(pin_of("libbackplane_good.so", sha256_of(fixture_path("good")))));
+  ASSERT_TRUE(loaded) << loaded.error().json();
+  EXPECT_TRUE(host.find_group("pair"));
+  EXPECT_TRUE(all_reduce_works(host, "mock", kMockDevices));
+}
+
+TEST(FleetPins, PinsOfALoadedFleetHoldForTheFilesItsDirectoriesAdd) {
+  PinnedFleet fleet;
+  TempDir later;
+  later.copy_in(fixture_path("partial"));
+  Host host = fleet.plugins.host();
+  nlohmann::json document = {{"version", 1},
+                             {"plugin_dirs", {later.path().string()}},
+                             {"plugin_pins", {{"libbackplane_partial.so", std::string(64, 'f')}}}};
+  Status loaded = host.load_fleet_text(document.dump());
+  ASSERT_TRUE(loaded) << loaded.error().json();
+  const bp_error *refusal = refusal_of(host, later.path() / "libbackplane_partial.so");
+  ASSERT_NE(refusal, nullptr) << describe_refused(host);
+  EXPECT_EQ(bp_error_code(refusal), BP_PLUGIN_LOAD) << json_of(refusal);
+  EXPECT_EQ(text_field(refusal, "pinned_sha256"), std::string(64, 'f'));
+  EXPECT_TRUE(all_reduce_works(host, "mock", kMockDevices));
+}
+
 }  // namespace

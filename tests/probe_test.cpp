@@ -217,6 +217,43 @@ TEST_F(ProbeTest, BackplaneProbeOneTurnsItOnWithoutTheFlag) {
   EXPECT_EQ(plugin_names(host), std::set<std::string>{"mock"});
 }
 
+// A fleet turns probing on with "probe": true: for a host created from it,
+// and for the directories it adds to a live host (which keeps probing).
+TEST_F(ProbeTest, AFleetWithProbeTrueProbesItsPluginDirectories) {
+  const fs::path crasher = plugins.copy_in(fixture_path("entry_abort"));
+  plugins.copy_in(fixture_path("good"));
+  plugins.copy_in(plugin_path("cpu"));
+  TempDir fleet_dir;
+  const nlohmann::json fleet = {{"version", 1},
+                                {"plugin_dirs", {plugins.path().string()}},
+                                {"probe", true},
+                                {"devices", {{{"name", "c"}, {"kind", "cpu"}, {"count", 2}, {"options", {{"devices", 2}}}}}},
+                                {"groups", {{{"name", "pair"}, {"devices", {"c"}}}}}};
+  const fs::path file = fleet_dir.write_file("fleet.json", fleet.dump());
+  HostOptions options;
+  options.flags = BP_HOST_IGNORE_ENV_PATH | BP_HOST_IGNORE_INSTALL_PATH;  // no BP_HOST_PROBE: the fleet asks
+  Result<Host> host = Host::create_from_fleet_file(file.string(), options);
+  ASSERT_TRUE(host) << host.error().json();
+  expect_refused_as_expected(*host, crasher, crashers().at("entry_abort"));
+  expect_good_plugins_work(*host);
+  EXPECT_TRUE(host->find_group("pair"));
+
+  // Into a live host that does not probe: the fleet's directory is probed
+  // (without it, the constructor would kill this test).
+  TempDir good_only, more;
+  good_only.copy_in(fixture_path("good"));
+  const fs::path segfaulting = more.copy_in(fixture_path("constructor_segfault"));
+  HostOptions live_options = options;
+  live_options.plugin_dirs = {good_only.path().string()};
+  Result<Host> live = Host::create(live_options);
+  ASSERT_TRUE(live) << live.error().json();
+  const nlohmann::json more_fleet = {{"version", 1}, {"plugin_dirs", {more.path().string()}}, {"probe", true}};
+  Status loaded = live->load_fleet_text(more_fleet.dump());
+  ASSERT_TRUE(loaded) << loaded.error().json();
+  expect_refused_as_expected(*live, segfaulting, crashers().at("constructor_segfault"));
+  EXPECT_TRUE(all_reduce_works(*live, "mock", kMockDevices));
+}
+
 TEST_F(ProbeTest, BadValuesOfTheVariablesAreIgnoredWithAWarning) {
   plugins.copy_in(fixture_path("good"));
   CapturedLog log("loader:debug");

@@ -65,15 +65,19 @@ Expected<std::string> sha256_of_file(int fd, const std::string &path) {
 }
 
 Expected<PluginPins> parse_plugin_pins(std::string_view json_text) {
+  nlohmann::json parsed = nlohmann::json::parse(json_text, nullptr, false);
+  if (parsed.is_discarded()) parsed = nullptr;  // refused below as not an object
+  return plugin_pins_from_json(parsed);
+}
+
+Expected<PluginPins> plugin_pins_from_json(const nlohmann::json &object) {
   const auto hint = [] {
     return std::string("give an object from plugin file name to SHA-256 in hex, e.g. "
                        "{\"libbackplane_cpu.so\": \"<64 hex digits>\"}; sha256sum prints it");
   };
-  nlohmann::json parsed = nlohmann::json::parse(json_text, nullptr, false);
-  if (parsed.is_discarded() || !parsed.is_object())
-    return Error(BP_CONFIG, "plugin pins are not a JSON object").hint(hint());
+  if (!object.is_object()) return Error(BP_CONFIG, "plugin pins are not a JSON object").hint(hint());
   PluginPins pins;
-  for (const auto &[name, value] : parsed.items()) {
+  for (const auto &[name, value] : object.items()) {
     if (!is_plugin_file_name(name)) {
       return Error(BP_CONFIG, "plugin pin '" + name + "' does not name a plugin file (libbackplane_<name>.so)")
           .with("plugin_file", name)
@@ -88,6 +92,19 @@ Expected<PluginPins> parse_plugin_pins(std::string_view json_text) {
     pins[name] = lowercase(value.get<std::string>());
   }
   return pins;
+}
+
+Status merge_plugin_pins(PluginPins &pins, const PluginPins &extra, std::string_view pins_source,
+                         std::string_view extra_source) {
+  for (const auto &[name, sha256] : extra) {
+    const auto [existing, inserted] = pins.emplace(name, sha256);
+    if (inserted || existing->second == sha256) continue;
+    return Error(BP_CONFIG, name + " is pinned to " + sha256 + " by " + std::string(extra_source) + " but to " +
+                                existing->second + " by " + std::string(pins_source))
+        .with("plugin_file", name)
+        .hint("pin each plugin file to one SHA-256");
+  }
+  return {};
 }
 
 }  // namespace backplane

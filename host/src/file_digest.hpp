@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "error.hpp"
 
 namespace backplane {
@@ -23,5 +25,13 @@ using PluginPins = std::map<std::string, std::string, std::less<>>;
 // whose keys are plugin file names and whose values are SHA-256 digests in
 // hex (either case). Anything else is BP_CONFIG naming the entry.
 Expected<PluginPins> parse_plugin_pins(std::string_view json_text);
+// The same for an object already parsed (a fleet's "plugin_pins").
+Expected<PluginPins> plugin_pins_from_json(const nlohmann::json &object);
+
+// Adds `extra` to `pins`; a file pinned to another digest in `pins` is
+// refused with BP_CONFIG, `pins_source` and `extra_source` saying who
+// pinned which ("the host options", "the fleet").
+Status merge_plugin_pins(PluginPins &pins, const PluginPins &extra, std::string_view pins_source,
+                         std::string_view extra_source);
 
 }  // namespace backplane

@@ -75,6 +75,10 @@ bp_error *bp_host_create_from_fleet_file(const char *path, const bp_host_options
       }
       plugin_options[kind] = devices[i]["options"];
     }
+    // The fleet's pins join those of the options, and "probe": true turns
+    // probing on, before any plugin file is looked at.
+    add_fleet_pins(*document, checked->plugin_pins, "the host options", problems);
+    if (document->value("probe", false)) options.flags |= BP_HOST_PROBE;
     if (!problems.empty()) return std::move(problems).to_error();
     std::vector<std::string> directory_texts;
     for (const fs::path &directory : directories) directory_texts.push_back(directory.string());
@@ -82,10 +86,12 @@ bp_error *bp_host_create_from_fleet_file(const char *path, const bp_host_options
     std::vector<const char *> directory_pointers;
     for (const std::string &directory : directory_texts) directory_pointers.push_back(directory.c_str());
     const std::string options_text = plugin_options.dump();
+    const std::string pins_text = nlohmann::json(checked->plugin_pins).dump();
     options.struct_size = sizeof options;
     options.plugin_dirs = directory_pointers.data();
     options.plugin_dir_count = directory_pointers.size();
     options.plugin_options_json = options_text.c_str();
+    options.plugin_pins_json = pins_text.c_str();
     Expected<bp_host *> created = create_host(&options);
     if (!created) return created.take_error();
     std::unique_ptr<bp_host> host(*created);

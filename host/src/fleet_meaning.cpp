@@ -102,6 +102,17 @@ class FleetLoader {
     for (const std::string &name : loaded) list += (list.empty() ? "" : ", ") + name;
     reason += loaded.empty() ? " (no plugin is loaded)" : " (known: " + list + ")";
     if (!refused.empty()) reason += "; " + std::to_string(refused.size()) + " plugin file(s) were refused";
+    // The kind's own plugin file was refused: its reason, not a "did you mean".
+    for (const RefusedPlugin &record : host_.refused) {
+      const char *file = bp_error_field(record.error, "file");
+      if (!file || fs::path(file).filename() != "libbackplane_" + kind + ".so") continue;
+      reason = "device kind '" + kind + "': its plugin was refused: " + bp_error_message(record.error);
+      const char *refusal_hint = bp_error_field(record.error, "hint");
+      problems_.add(BP_PLUGIN_NOT_FOUND, pointer, kind, reason, refusal_hint ? refusal_hint : "")
+          .with("known_kinds", loaded)
+          .with("refused", refused);
+      return;
+    }
     std::string hint = problems_.suggest(kind, [&] {
       std::vector<std::string> candidates = loaded;
       for (const RefusedPlugin &record : host_.refused) {
@@ -505,10 +516,58 @@ FleetSource read_source(const char *path, Problems &problems) {
   return source;
 }
 
+void add_fleet_pins(const nlohmann::json &document, PluginPins &pins, std::string_view pins_source,
+                    Problems &problems) {
+  if (!document.contains("plugin_pins")) return;
+  const nlohmann::json &given = document["plugin_pins"];
+  Expected<PluginPins> fleet_pins = plugin_pins_from_json(given);
+  if (!fleet_pins) {
+    problems.add(fleet_pins.take_error(), "/plugin_pins", given);
+    return;
+  }
+  for (const auto &[file, sha256] : *fleet_pins) {
+    if (Status merged = merge_plugin_pins(pins, {{file, sha256}}, pins_source, "the fleet"); !merged)
+      problems.add(merged.take_error(), "/plugin_pins/" + pointer_escape(file), given[file]);
+  }
+}
+
+namespace {
+
+// Loading into a live host: the fleet's pins join the host's, for this
+// load and every later one, and must hold for the plugins already loaded
+// (those were checked against the host's own pins only); "probe": true
+// turns probing on for the host. On a problem nothing changes and the
+// fleet's directories are not loaded.
+bool take_fleet_plugin_checks(bp_host &host, const nlohmann::json &document, Problems &problems) {
+  std::unique_lock lock(host.mutex);
+  PluginPins pins = host.plugin_pins;
+  const size_t problems_before = problems.size();
+  add_fleet_pins(document, pins, "the host", problems);
+  const nlohmann::json &fleet_pins = document.value("plugin_pins", nlohmann::json::object());
+  for (const auto &plugin : host.plugins) {
+    const std::string file = fs::path(plugin->file).filename().string();
+    const auto pin = pins.find(file);
+    if (!fleet_pins.contains(file) || pin == pins.end() || plugin->sha256.empty() || pin->second == plugin->sha256)
+      continue;
+    problems.add(BP_CONFIG, "/plugin_pins/" + pointer_escape(file), fleet_pins[file],
+                 file + " is already loaded from '" + plugin->file + "' with SHA-256 " + plugin->sha256 +
+                     ", not the pinned " + pin->second,
+                 "create a host from this fleet (bp_host_create_from_fleet_file, backplane --fleet), so that the "
+                 "pin is checked before the plugin loads");
+  }
+  // A missing directory alone still loads the others (the load fails later).
+  if (problems.size() != problems_before || problems.full()) return false;
+  host.plugin_pins = std::move(pins);
+  if (document.value("probe", false) && !host.probe.enabled) host.probe = probe_options(true);
+  return true;
+}
+
+}  // namespace
+
 Status load_into(bp_host &host, const nlohmann::json &document, const fs::path &base, Problems &problems,
                  bool load_plugin_dirs) {
   std::vector<fs::path> directories = plugin_directories(document, base, problems);
-  if (load_plugin_dirs) {
+  if (load_plugin_dirs && take_fleet_plugin_checks(host, document, problems)) {
     for (const fs::path &directory : directories) load_directory(host, directory, true);
   }
   FleetLoader loader(host, document, problems);

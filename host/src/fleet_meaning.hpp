@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "error.hpp"
+#include "file_digest.hpp"
 #include "fleet_problems.hpp"
 
 namespace backplane {
@@ -26,6 +27,11 @@ FleetSource read_source(const char *path, Problems &problems);
 // plugin_dirs resolve against the fleet's folder; a missing one is a problem.
 std::vector<std::filesystem::path> plugin_directories(const nlohmann::json &document, const std::filesystem::path &base,
                                                       Problems &problems);
+
+// Adds the fleet's "plugin_pins" to `pins` (those `pins_source` gave); a
+// file pinned to two digests is a problem at /plugin_pins/<file>.
+void add_fleet_pins(const nlohmann::json &document, PluginPins &pins, std::string_view pins_source,
+                    Problems &problems);
 
 // Loads the plugin directories (when asked), checks the document's meaning
 // and commits it into `host` only when no problem was found.

@@ -32,6 +32,7 @@ class Problems {
   explicit Problems(std::string file) : file_(std::move(file)) {}
   const std::string &file() const { return file_; }
   bool empty() const { return list_.empty(); }
+  size_t size() const { return list_.size(); }
   bool full() const { return list_.size() >= max_listed; }
 
   Error &add(bp_code code, const std::string &pointer, const nlohmann::json &value, const std::string &reason,

@@ -22,6 +22,7 @@
 
 #include "fleet_schema.hpp"
 #include "fleet_schema.inc"  // kFleetSchema: configs/schema.json, embedded at build time
+#include "host.hpp"          // is_plugin_file_name
 #include "names.hpp"
 
 namespace backplane {
@@ -49,7 +50,7 @@ std::string pointer_of(const std::vector<std::string> &context) {
 
 const std::map<std::string, std::vector<std::string>> &known_keys() {
   static const std::map<std::string, std::vector<std::string>> keys = {
-      {"", {"version", "plugin_dirs", "devices", "groups", "workload"}},
+      {"", {"version", "plugin_dirs", "plugin_pins", "probe", "devices", "groups", "workload"}},
       {"devices", {"name", "kind", "index", "count", "options", "over", "layers"}},
       {"groups", {"name", "devices", "policy"}},
       {"workload", {"group", "collective", "dtype", "op", "root", "sizes", "iterations", "warmup", "in_place", "check"}}};
@@ -113,6 +114,8 @@ const nlohmann::json *schema_at(const nlohmann::json &document, const std::strin
       node = &(*node)["properties"][token];
     } else if (node->contains("items") && (*node)["items"].is_object()) {
       node = &(*node)["items"];
+    } else if (node->contains("additionalProperties") && (*node)["additionalProperties"].is_object()) {
+      node = &(*node)["additionalProperties"];  // plugin_pins
     } else {
       return nullptr;
     }
@@ -298,6 +301,19 @@ void validate_schema(const nlohmann::json &document, Problems &problems) {
       if (descriptions.empty()) descriptions.push_back("Value type not permitted by 'type' constraint.");
     }
     for (const std::string &description : descriptions) add_schema_problem(problems, document, pointer, description);
+  }
+}
+
+// The keys of "plugin_pins" are plugin file names: checked here, since
+// valijson reports a failed propertyNames without naming the key.
+void check_plugin_pin_names(const nlohmann::json &document, Problems &problems) {
+  const auto pins = document.find("plugin_pins");
+  if (pins == document.end() || !pins->is_object()) return;
+  for (const auto &[name, value] : pins->items()) {
+    if (is_plugin_file_name(name)) continue;
+    problems.add(BP_CONFIG, "/plugin_pins/" + pointer_escape(name), value,
+                 "'" + name + "' does not name a plugin file",
+                 "a plugin file name is libbackplane_<name>.so, the name lower-case letters, digits and '_'");
   }
 }
 
@@ -511,6 +527,7 @@ Expected<nlohmann::json> parse_fleet(std::optional<std::string> text, Problems &
   check_limits(*document, "", problems);
   if (!problems.empty()) return std::move(problems).to_error();
   validate_schema(*document, problems);
+  check_plugin_pin_names(*document, problems);
   if (!problems.empty()) return std::move(problems).to_error();
   return std::move(*document);
 }

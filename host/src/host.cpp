@@ -86,6 +86,11 @@ Expected<CheckedHostOptions> check_host_options(const bp_host_options *given) {
     }
     checked.plugin_options = std::move(parsed);
   }
+  if (options.plugin_pins_json) {
+    Expected<PluginPins> pins = parse_plugin_pins(options.plugin_pins_json);
+    if (!pins) return pins.take_error().with("pointer", "/plugin_pins_json");
+    checked.plugin_pins = std::move(*pins);
+  }
   return checked;
 }
 
@@ -95,11 +100,7 @@ Expected<bp_host *> create_host(const bp_host_options *given) {
   const bp_host_options &options = checked->options;
   auto host = std::make_unique<bp_host>();
   host->plugin_options = std::move(checked->plugin_options);
-  if (options.plugin_pins_json) {
-    Expected<PluginPins> pins = parse_plugin_pins(options.plugin_pins_json);
-    if (!pins) return pins.take_error().with("pointer", "/plugin_pins_json");
-    host->plugin_pins = std::move(*pins);
-  }
+  host->plugin_pins = std::move(checked->plugin_pins);
   host->probe = probe_options((options.flags & BP_HOST_PROBE) != 0);
   load_search_path(*host, options);
   return host.release();

@@ -21,6 +21,7 @@
 #include "backplane/plugin.h"
 #include "capability_table.hpp"
 #include "error.hpp"
+#include "file_digest.hpp"
 #include "probe.hpp"
 #include "text.hpp"
 
@@ -223,7 +224,8 @@ struct bp_host {
   // set at creation; a fleet's "probe": true sets probe = probe_options(true)
   // before its plugin_dirs load.
   backplane::ProbeOptions probe;
-  std::vector<std::filesystem::path> loaded_files;  // canonical, to skip repeats
+  std::vector<std::filesystem::path> loaded_files;   // canonical, to skip repeats
+  std::vector<std::filesystem::path> refused_files;  // canonical: one refusal a file, however often found
   // From fleets: device names (a name with a count stands for several),
   // groups the host owns, and the workload.
   std::map<std::string, std::vector<bp_device *>, std::less<>> device_names;
@@ -287,6 +289,7 @@ void finish_in_flight(bp_group &group);
 struct CheckedHostOptions {
   bp_host_options options{};
   nlohmann::json plugin_options = nlohmann::json::object();
+  backplane::PluginPins plugin_pins;  // parsed from options.plugin_pins_json
 };
 Expected<CheckedHostOptions> check_host_options(const bp_host_options *given);
 Expected<bp_host *> create_host(const bp_host_options *options);

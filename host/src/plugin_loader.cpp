@@ -839,6 +839,10 @@ Status load_plugin_file(bp_host &host, const fs::path &file) {
     log(BP_LOG_DEBUG, "loader", "'" + file.string() + "' is already loaded; skipping");
     return {};
   }
+  if (std::find(host.refused_files.begin(), host.refused_files.end(), canonical) != host.refused_files.end()) {
+    log(BP_LOG_DEBUG, "loader", "'" + file.string() + "' was refused before; skipping");
+    return {};
+  }
   Candidate candidate;
   Status status = load_locked(host, file, candidate);
   if (status) {
@@ -850,6 +854,7 @@ Status load_plugin_file(bp_host &host, const fs::path &file) {
   // Refusals are kept and listed (bp_host_refused, `backplane plugins`), so
   // they do not also go to stderr unless asked for.
   log(BP_LOG_INFO, "loader", refusal.message());
+  host.refused_files.push_back(canonical);
   RefusedPlugin &record = host.refused.emplace_back();
   record.error = to_c_error(refusal);
   if (candidate.plugin) {
