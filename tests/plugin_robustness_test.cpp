@@ -202,6 +202,24 @@ TEST(PluginRobustness, UINT32_MAXDevicesIsRefusedWithoutAllocating) {
   EXPECT_TRUE(all_reduce_works(host, "mock", kMockDevices));
 }
 
+// Each device within its bounds (256 properties of 4095 bytes), but 4096
+// of them would be 4 GiB: the host stops at 16 MiB of device text from one
+// plugin, at the 16th device.
+TEST(PluginRobustness, DeviceTextPastThePluginsBudgetIsRefusedWhereItPasses) {
+  PluginDir dir({"wordy_devices"});
+  Host host = dir.host();
+  ASSERT_EQ(host.refused().size(), 1u) << describe_refused(host);
+  const bp_error *refusal = host.refused()[0];
+  EXPECT_EQ(bp_error_code(refusal), BP_PLUGIN_INIT) << json_of(refusal);
+  EXPECT_NE(std::string(bp_error_message(refusal))
+                .find("the names, descriptions and properties of its devices pass 16 MiB at device "
+                      "'wordy_devices:15'"),
+            std::string::npos)
+      << bp_error_message(refusal);
+  EXPECT_EQ(plugin_names(host), (std::set<std::string>{"mock"}));
+  EXPECT_TRUE(all_reduce_works(host, "mock", kMockDevices));
+}
+
 TEST(PluginRobustness, ANullHandleReturnedWithOkIsADeviceFailure) {
   PluginDir dir({"null_handles"});
   Host host = dir.host();

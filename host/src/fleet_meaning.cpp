@@ -552,7 +552,7 @@ bool take_fleet_plugin_checks(bp_host &host, const nlohmann::json &document, Pro
     problems.add(BP_CONFIG, "/plugin_pins/" + pointer_escape(file), fleet_pins[file],
                  file + " is already loaded from '" + plugin->file + "' with SHA-256 " + plugin->sha256 +
                      ", not the pinned " + pin->second,
-                 "create a host from this fleet (bp_host_create_from_fleet_file, backplane --fleet), so that the "
+                 "create a host from this fleet (bp_host_create_from_fleet_file, as backplane run does), so that the "
                  "pin is checked before the plugin loads");
   }
   // A missing directory alone still loads the others (the load fails later).

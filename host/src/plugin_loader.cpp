@@ -137,6 +137,11 @@ constexpr uint32_t kMaxDevicesPerKind = 4096;
 constexpr size_t kMaxDeviceProperties = 256;
 constexpr size_t kMaxNameBytes = 64;     // plugin and kind names
 constexpr size_t kMaxTextBytes = kMaxPluginTextBytes;  // versions, descriptions, properties, statuses
+// What one plugin's devices may add up to, all kinds together: the bounds
+// per kind and per device alone would let 64 kinds of 4096 devices with 256
+// properties each ask the host for a quarter of a terabyte.
+constexpr size_t kMaxDevicesPerPlugin = 16384;
+constexpr size_t kMaxDeviceTextBytesPerPlugin = size_t{16} << 20;  // names, descriptions, properties
 
 // A string of the descriptor or of device information, bounded (a string
 // without a NUL within the bound refuses the plugin instead of being read
@@ -551,8 +556,17 @@ Status read_kind_status(LoadedPlugin &plugin, uint32_t kind, std::string &status
                             kMaxTextBytes, status_out);
 }
 
+// The bytes of text the host copied from a device.
+size_t device_text_bytes(const bp_device &device) {
+  size_t bytes = device.plugin_device_name.size() + device.description.size();
+  for (size_t i = 0; i < device.property_keys.size(); ++i)
+    bytes += device.property_keys[i].size() + device.property_values[i].size();
+  return bytes;
+}
+
 Status enumerate_devices(const bp_host &host, Candidate &candidate) {
   LoadedPlugin &plugin = *candidate.plugin;
+  size_t device_text = 0;
   for (uint32_t k = 0; k < plugin.device_kinds.size(); ++k) {
     const std::string &kind = plugin.device_kinds[k];
     if (auto options = host.plugin_options.find(kind); options != host.plugin_options.end()) {
@@ -579,6 +593,15 @@ Status enumerate_devices(const bp_host &host, Candidate &candidate) {
       return Error(BP_PLUGIN_INIT, "plugin '" + plugin.name + "' reports " + std::to_string(count) + " '" + kind +
                                        "' devices, more than the " + std::to_string(kMaxDevicesPerKind) +
                                        " a host accepts per kind")
+          .with("device_kind", kind)
+          .with("device_count", count)
+          .hint("report the bug to the plugin's authors");
+    }
+    if (candidate.devices.size() + count > kMaxDevicesPerPlugin) {
+      return Error(BP_PLUGIN_INIT, "plugin '" + plugin.name + "' reports " +
+                                       std::to_string(candidate.devices.size() + count) +
+                                       " devices in all, more than the " + std::to_string(kMaxDevicesPerPlugin) +
+                                       " a host accepts from one plugin")
           .with("device_kind", kind)
           .with("device_count", count)
           .hint("report the bug to the plugin's authors");
@@ -614,6 +637,13 @@ Status enumerate_devices(const bp_host &host, Candidate &candidate) {
       device->flags = info.flags;
       device->memory_bytes = info.memory_bytes;
       if (Status status = read_device_properties(plugin, info, *device); !status) return status;
+      device_text += device_text_bytes(*device);
+      if (device_text > kMaxDeviceTextBytesPerPlugin) {
+        return plugin_init_error(plugin.file, "the names, descriptions and properties of its devices pass " +
+                                                  std::to_string(kMaxDeviceTextBytesPerPlugin >> 20) +
+                                                  " MiB at device '" + device->name + "', the most a host accepts "
+                                                  "from one plugin");
+      }
       if (info.capabilities) {
         std::vector<CapabilitySet> own(1);
         if (Status status = read_capability_rows(plugin.file, "device '" + device->name + "' capability rows",
