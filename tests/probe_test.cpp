@@ -18,6 +18,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -433,6 +434,67 @@ TEST_F(ProbeTest, PluginsDashDashProbeListsEachRefusalAndExitsZero) {
     EXPECT_TRUE(contains(text.out, copied[variant].string())) << variant << text.out;
     EXPECT_TRUE(contains(text.out, "  " + expected.output + "\n")) << "the last output is listed" << text.out;
   }
+}
+
+// Issue 11's "done means": one directory holding every kind of broken file
+// at once, under a path that is not UTF-8. `backplane plugins --probe`
+// lists each as refused with its reason, loads the good one, exits 0, and
+// every byte it prints in JSON is valid UTF-8.
+TEST_F(ProbeTest, EveryBrokenFileAtOnceIsListedAndTheGoodOneLoads) {
+  const fs::path dir = plugins.path() / "caf\xe9";  // Latin-1: not UTF-8
+  ASSERT_TRUE(fs::create_directory(dir));
+  std::map<std::string, std::pair<bp_code, std::string>> expected;  // file name -> code, part of the message
+  for (const auto &[variant, crash] : crashers()) {
+    fs::copy_file(fixture_path(variant), dir / ("libbackplane_" + variant + ".so"));
+    expected["libbackplane_" + variant + ".so"] = {crash.code, crash.reason};
+  }
+  fs::copy_file(fixture_path("good"), dir / "libbackplane_good.so");
+  const std::string good = read_text(fixture_path("good"));
+  auto write = [&](const std::string &name, const std::string &bytes) {
+    std::ofstream(dir / name, std::ios::binary) << bytes;
+  };
+  write("libbackplane_cut.so", good.substr(0, good.size() / 2));
+  expected["libbackplane_cut.so"] = {BP_PLUGIN_LOAD, "truncated"};
+  std::string arm = good;
+  arm[18] = char(183), arm[19] = 0;  // e_machine: EM_AARCH64
+  write("libbackplane_arm.so", arm);
+  expected["libbackplane_arm.so"] = {BP_PLUGIN_LOAD, "built for aarch64, this host is x86_64"};
+  write("libbackplane_garbage.so", "#!/bin/sh\necho not a plugin\n");
+  expected["libbackplane_garbage.so"] = {BP_PLUGIN_LOAD, "not an ELF file"};
+  ASSERT_EQ(::mkfifo((dir / "libbackplane_fifo.so").c_str(), 0644), 0) << std::strerror(errno);
+  expected["libbackplane_fifo.so"] = {BP_PLUGIN_LOAD, "it is not a regular file"};
+  fs::copy_file(fixture_path("long_version"), dir / "libbackplane_long_version.so");
+  expected["libbackplane_long_version.so"] = {BP_PLUGIN_INIT, "the version is longer than the 4096 bytes"};
+  fs::copy_file(fixture_path("huge_device_count"), dir / "libbackplane_huge_device_count.so");
+  expected["libbackplane_huge_device_count.so"] = {BP_PLUGIN_INIT, "reports 4294967295"};
+  fs::copy_file(fixture_path("narrow"), dir / "libbackplane_narrow.so");
+  const std::string wrong_pin(64, '0');
+  expected["libbackplane_narrow.so"] = {BP_PLUGIN_LOAD, "is pinned to " + wrong_pin};
+
+  const CommandResult listed =
+      run_cli({"--plugin-dir", dir.string(), "--only-plugin-dirs", "--plugin-pins",
+               nlohmann::json{{"libbackplane_narrow.so", wrong_pin}}.dump(), "plugins", "--probe", "--json"});
+  ASSERT_EQ(listed.exit_code, 0) << listed.out;
+  const nlohmann::json listing = nlohmann::json::parse(listed.out, nullptr, false);
+  ASSERT_TRUE(listing.is_object()) << "not JSON (or not UTF-8): " << listed.out;
+  ASSERT_EQ(listing["loaded"].size(), 1u) << listed.out;
+  EXPECT_EQ(listing["loaded"][0].value("name", ""), "mock") << listed.out;
+  std::set<std::string> refused_names;
+  for (const nlohmann::json &refusal : listing["refused"]) {
+    const std::string file = refusal.value("file", "");
+    const std::string name = fs::path(file).filename().string();
+    refused_names.insert(name);
+    SCOPED_TRACE(name);
+    EXPECT_NE(file.find("caf\xef\xbf\xbd"), std::string::npos) << "the byte that is not UTF-8 is replaced: " << file;
+    const auto wanted = expected.find(name);
+    ASSERT_NE(wanted, expected.end()) << refusal.dump();
+    EXPECT_EQ(refusal.value("code", ""), bp_code_name(wanted->second.first)) << refusal.dump();
+    EXPECT_TRUE(contains(refusal.value("message", ""), wanted->second.second)) << refusal.dump();
+  }
+  std::set<std::string> expected_names;
+  for (const auto &[name, _] : expected) expected_names.insert(name);
+  EXPECT_EQ(refused_names, expected_names);
+  EXPECT_EQ(child_processes(), std::vector<std::string>{});
 }
 
 }  // namespace

@@ -33,6 +33,7 @@
 #include "host.hpp"
 #include "log.hpp"
 #include "probe_report.hpp"
+#include "text.hpp"
 
 extern char **environ;  // the helper runs in the host's environment, as the plugin would
 
@@ -171,10 +172,15 @@ nlohmann::json read_cache(const fs::path &file) {
   return nlohmann::json::object();
 }
 
+// The cache's key for a plugin path: JSON holds only UTF-8, so bytes that
+// are not are replaced. Two paths may then share a key; the entry's identity
+// (device and inode among it) still says which file passed.
+std::string cache_key(const std::string &path) { return one_line_utf8(path); }
+
 bool cache_says_passed(const fs::path &directory, const std::string &path, const nlohmann::json &identity) {
   if (directory.empty()) return false;
   const nlohmann::json passed = read_cache(directory / kCacheFileName);
-  const auto entry = passed.find(path);
+  const auto entry = passed.find(cache_key(path));
   return entry != passed.end() && entry->is_object() && entry->value("file", nlohmann::json()) == identity;
 }
 
@@ -188,7 +194,7 @@ void remember_passed(const fs::path &directory, const std::string &path, nlohman
   fs::create_directories(directory, error);
   const fs::path file = directory / kCacheFileName;
   nlohmann::json passed = read_cache(file);
-  passed[path] = {{"file", std::move(identity)}, {"probed_at", static_cast<int64_t>(std::time(nullptr))}};
+  passed[cache_key(path)] = {{"file", std::move(identity)}, {"probed_at", static_cast<int64_t>(std::time(nullptr))}};
   while (passed.size() > kMaxCacheEntries) {
     auto oldest = passed.begin();
     for (auto entry = passed.begin(); entry != passed.end(); ++entry)

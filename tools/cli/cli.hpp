@@ -22,6 +22,7 @@ inline constexpr int kExitUsage = 2;    // bad usage
 struct GlobalOptions {
   std::vector<std::string> plugin_dirs;  // searched first, in order
   std::string plugin_options_json;       // validated JSON object, or empty
+  std::string plugin_pins_json;          // as given (the host checks it), or empty
   bool only_plugin_dirs = false;         // skip BACKPLANE_PLUGIN_PATH and the install dir
   bool probe = false;                    // load each plugin in a probe process first (BP_HOST_PROBE)
 };

@@ -14,6 +14,7 @@ HostOptions host_options(const GlobalOptions &options) {
   HostOptions host_options;
   host_options.plugin_dirs = options.plugin_dirs;
   host_options.plugin_options_json = options.plugin_options_json;
+  host_options.plugin_pins_json = options.plugin_pins_json;
   if (options.only_plugin_dirs) host_options.flags |= BP_HOST_IGNORE_ENV_PATH | BP_HOST_IGNORE_INSTALL_PATH;
   if (options.probe) host_options.flags |= BP_HOST_PROBE;
   return host_options;

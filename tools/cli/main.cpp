@@ -30,6 +30,10 @@ int main(int argc, char **argv) {
   app.add_option("--plugin-options", plugin_options,
                  "Options per device kind, a JSON object, e.g. '{\"cpu\":{\"devices\":16}}'")
       ->type_name("JSON");
+  app.add_option("--plugin-pins", options.plugin_pins_json,
+                 "Pin plugin files to the SHA-256 of their content (sha256sum), a JSON object, e.g. "
+                 "'{\"libbackplane_cpu.so\":\"<64 hex digits>\"}': a file of that name with other content is refused")
+      ->type_name("JSON");
   app.add_flag("--only-plugin-dirs", options.only_plugin_dirs,
                "Search only the --plugin-dir directories (not BACKPLANE_PLUGIN_PATH, not the install directory)");
 
