@@ -17,26 +17,6 @@
 namespace backplane::testing {
 namespace {
 
-nlohmann::json parse(const CommandResult &ran) {
-  nlohmann::json parsed = nlohmann::json::parse(ran.out, nullptr, /*allow_exceptions=*/false);
-  EXPECT_FALSE(parsed.is_discarded()) << "not JSON:\n" << ran.out;
-  return parsed;
-}
-
-std::vector<std::string> lines_of(const std::string &text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
-
-std::vector<std::string> words_of(const std::string &line) {
-  std::vector<std::string> words;
-  std::istringstream in(line);
-  for (std::string word; in >> word;) words.push_back(word);
-  return words;
-}
-
 // The table rows of some output: the lines that start with a size.
 std::vector<std::vector<std::string>> rows_of(const std::string &out) {
   std::vector<std::vector<std::string>> rows;
@@ -92,7 +72,7 @@ TEST_F(CliBenchTest, JsonRowsCarryNcclTestsBusBandwidthAndTraffic) {
   CommandResult ran =
       run_cli({"bench", "all_reduce", "-g", "4", "-b", "1K", "-e", "256K", "-f", "16", "-n", "3", "-w", "1", "--json"});
   ASSERT_EQ(ran.exit_code, 0) << ran.out;
-  nlohmann::json out = parse(ran);
+  nlohmann::json out = parse_output(ran);
   ASSERT_TRUE(out.is_object()) << out.dump(2);
   EXPECT_EQ(out["collective"], "all_reduce");
   EXPECT_EQ(out["dtype"], "f32");
@@ -148,7 +128,7 @@ TEST_F(CliBenchTest, OpenclGroupIsComparedWithACopyKernelOnItsDevice) {
   CommandResult ran = run_cli({"bench", "all_reduce", "--fleet", fleet.string(), "-b", "4K", "-e", "64K", "-f", "16",
                                "-n", "3", "-w", "1", "--json"});
   ASSERT_EQ(ran.exit_code, 0) << ran.out;
-  nlohmann::json out = parse(ran);
+  nlohmann::json out = parse_output(ran);
   ASSERT_EQ(out["rows"].size(), 2u) << out.dump(2);  // 4K, 64K
   for (const nlohmann::json &row : out["rows"]) {
     for (const char *mode : {"out_of_place", "in_place"}) {
@@ -176,7 +156,7 @@ TEST_F(CliBenchTest, AcceptsNcclTestsTypeNames) {
   ran = run_cli({"bench", "reduce", "-g", "3", "-d", "bfloat16", "-o", "max", "-r", "2", "-b", "64", "-e", "64", "-n",
                  "1", "-w", "0", "--json"});
   ASSERT_EQ(ran.exit_code, 0) << ran.out;
-  nlohmann::json out = parse(ran);
+  nlohmann::json out = parse_output(ran);
   EXPECT_EQ(out["dtype"], "bf16");
   EXPECT_EQ(out["root"], 2);
   ASSERT_EQ(out["rows"].size(), 1u);
@@ -197,7 +177,7 @@ TEST_F(CliBenchTest, RefusalIsExitOneWithTheStructuredError) {
 
   ran = run_cli({"bench", "all_reduce", "-g", "2", "-d", "int32", "-o", "avg", "-b", "8", "-e", "8", "--json"});
   EXPECT_EQ(ran.exit_code, 1) << ran.out;
-  nlohmann::json out = parse(ran);
+  nlohmann::json out = parse_output(ran);
   EXPECT_EQ(out["refused"]["code"], "UNSUPPORTED_REDUCE_OP") << out.dump(2);
   EXPECT_TRUE(out["rows"].empty());
 }
@@ -265,7 +245,7 @@ TEST_F(CliBenchTest, AllRunsEveryCollectiveOfTheGroup) {
 
   ran = run_cli({"bench", "all", "-g", "3", "-b", "96", "-e", "96", "-n", "1", "-w", "0", "--json"});
   ASSERT_EQ(ran.exit_code, 0) << ran.out;
-  nlohmann::json out = parse(ran);
+  nlohmann::json out = parse_output(ran);
   ASSERT_TRUE(out.is_array()) << out.dump(2);
   ASSERT_EQ(out.size(), 8u) << out.dump(2);
   for (const nlohmann::json &result : out) {

@@ -16,26 +16,6 @@
 namespace backplane::testing {
 namespace {
 
-nlohmann::json parse(const CommandResult &ran) {
-  nlohmann::json parsed = nlohmann::json::parse(ran.out, nullptr, /*allow_exceptions=*/false);
-  EXPECT_FALSE(parsed.is_discarded()) << "not JSON:\n" << ran.out;
-  return parsed;
-}
-
-std::vector<std::string> lines_of(const std::string &text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
-
-std::vector<std::string> words_of(const std::string &line) {
-  std::vector<std::string> words;
-  std::istringstream in(line);
-  for (std::string word; in >> word;) words.push_back(word);
-  return words;
-}
-
 const std::string kDefaultFleet = std::string(BACKPLANE_TEST_SOURCE_DIR) + "/configs/default.json";
 
 // `backplane explain [--json] configs/default.json REQUEST...`.
@@ -109,7 +89,7 @@ TEST_F(CliFleetTest, ValidateJsonListsEachProblemAsAnError) {
   const std::string fleet = dir.write_file("bad.json", kBadFleet).string();
   CommandResult ran = run_cli({"validate", "--json", fleet});
   EXPECT_EQ(ran.exit_code, 1) << ran.out;
-  nlohmann::json out = parse(ran);
+  nlohmann::json out = parse_output(ran);
   EXPECT_EQ(out["file"], fleet);
   EXPECT_EQ(out["valid"], false);
   ASSERT_TRUE(out["problems"].is_array()) << out.dump(2);
@@ -129,7 +109,7 @@ TEST_F(CliFleetTest, ValidateJsonListsEachProblemAsAnError) {
 
   CommandResult good = run_cli({"validate", "--json", kDefaultFleet});
   EXPECT_EQ(good.exit_code, 0) << good.out;
-  nlohmann::json ok = parse(good);
+  nlohmann::json ok = parse_output(good);
   EXPECT_EQ(ok["valid"], true);
   EXPECT_EQ(ok["problems"], nlohmann::json::array());
   EXPECT_EQ(ok["groups"], 1);
@@ -202,7 +182,7 @@ TEST_F(CliFleetTest, RunJsonRoundsSizesAsNcclTestsDoes) {
     ]})").string();
   CommandResult ran = run_cli({"run", "--json", fleet});
   EXPECT_EQ(ran.exit_code, 0) << ran.out;
-  nlohmann::json out = parse(ran);
+  nlohmann::json out = parse_output(ran);
   EXPECT_EQ(out["ok"], true);
   EXPECT_EQ(out["out_of_bounds"], 0);
   ASSERT_EQ(out["entries"].size(), 2u) << out.dump(2);
@@ -251,7 +231,7 @@ TEST_F(CliFleetTest, RunJsonOfAFleetThatDoesNotLoadPrintsTheErrorAsJson) {
   const std::string fleet = dir.write_file("bad.json", kBadFleet).string();
   CommandResult ran = run_cli({"run", fleet, "--json"}, StderrTo::discard);
   EXPECT_EQ(ran.exit_code, 1) << ran.out;
-  nlohmann::json out = parse(ran);
+  nlohmann::json out = parse_output(ran);
   EXPECT_EQ(out["fleet"], fleet) << out.dump(2);
   EXPECT_EQ(out["ok"], false) << out.dump(2);
   EXPECT_EQ(out["error"]["code"], "PLUGIN_NOT_FOUND") << out.dump(2);
@@ -284,7 +264,7 @@ TEST_F(CliFleetTest, ExplainSaysWhereARequestWouldRun) {
 
   CommandResult json = explain(request, /*json=*/true);
   EXPECT_EQ(json.exit_code, 0) << json.out;
-  nlohmann::json out = parse(json);
+  nlohmann::json out = parse_output(json);
   EXPECT_EQ(out["runs"], true);
   EXPECT_EQ(out["operation"], "all_reduce");
   EXPECT_EQ(out["plugin"]["name"], "cpu");
@@ -303,7 +283,7 @@ TEST_F(CliFleetTest, ExplainGivesTheRefusalWithItsCodeAndHint) {
 
   CommandResult json = explain(request, /*json=*/true);
   EXPECT_EQ(json.exit_code, 1) << json.out;
-  nlohmann::json out = parse(json);
+  nlohmann::json out = parse_output(json);
   EXPECT_EQ(out["runs"], false);
   EXPECT_EQ(out["code"], "UNSUPPORTED_REDUCE_OP");
   EXPECT_EQ(out["reduce_op"], "avg");

@@ -209,12 +209,6 @@ TEST(CliReference, ValuesPrintAsNumbersAndFloatsWithTheirBits) {
 
 // ---- the tool, end to end ---------------------------------------------
 
-nlohmann::json parse(const CommandResult &ran) {
-  nlohmann::json parsed = nlohmann::json::parse(ran.out, nullptr, /*allow_exceptions=*/false);
-  EXPECT_FALSE(parsed.is_discarded()) << "not JSON:\n" << ran.out;
-  return parsed;
-}
-
 class CliTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -229,7 +223,7 @@ TEST_F(CliTest, PluginsJsonListsLoadedAndRefusedFiles) {
   dir.write_file("libbackplane_bogus.so", "this is not an ELF file, just text long enough to be read\n");
   CommandResult ran = run_cli({"--only-plugin-dirs", "--plugin-dir", dir.path().string(), "plugins", "--json"});
   ASSERT_EQ(ran.exit_code, 0) << ran.out;
-  nlohmann::json out = parse(ran);
+  nlohmann::json out = parse_output(ran);
 
   ASSERT_EQ(out["loaded"].size(), 1u) << out.dump(2);
   const nlohmann::json &cpu = out["loaded"][0];
@@ -267,7 +261,7 @@ TEST_F(CliTest, PluginsTableNamesTheRefusedFileAndItsCode) {
 TEST_F(CliTest, FindsTheBuiltPluginsWithNoFlags) {
   CommandResult ran = run_cli({"plugins", "--json"});
   ASSERT_EQ(ran.exit_code, 0) << ran.out;
-  nlohmann::json out = parse(ran);
+  nlohmann::json out = parse_output(ran);
   bool cpu = false;
   for (const nlohmann::json &plugin : out["loaded"]) cpu |= plugin["name"] == "cpu";
   EXPECT_TRUE(cpu) << out.dump(2);
@@ -276,7 +270,7 @@ TEST_F(CliTest, FindsTheBuiltPluginsWithNoFlags) {
 TEST_F(CliTest, DevicesJsonListsCpuDevices) {
   CommandResult ran = run_cli({"devices", "--json"});
   ASSERT_EQ(ran.exit_code, 0) << ran.out;
-  nlohmann::json out = parse(ran);
+  nlohmann::json out = parse_output(ran);
   std::vector<std::string> cpus;
   for (const nlohmann::json &device : out)
     if (device["kind"] == "cpu") {
@@ -292,7 +286,7 @@ TEST_F(CliTest, PluginOptionsReachThePlugin) {
   CommandResult ran = run_cli({"--plugin-options", R"({"cpu":{"devices":6}})", "devices", "--json"});
   ASSERT_EQ(ran.exit_code, 0) << ran.out;
   size_t cpus = 0;
-  for (const nlohmann::json &device : parse(ran)) cpus += device["kind"] == "cpu";
+  for (const nlohmann::json &device : parse_output(ran)) cpus += device["kind"] == "cpu";
   EXPECT_EQ(cpus, 6u) << ran.out;
 }
 
@@ -300,7 +294,7 @@ TEST_F(CliTest, CapsJsonHasAllReduceF32Sum) {
   CommandResult ran = run_cli({"caps", "--json"});
   ASSERT_EQ(ran.exit_code, 0) << ran.out;
   bool found = false;
-  for (const nlohmann::json &row : parse(ran))
+  for (const nlohmann::json &row : parse_output(ran))
     if (row["device_kind"] == "cpu" && row["collective"] == "all_reduce" && row["dtype"] == "f32") {
       found = true;
       EXPECT_EQ(row["plugin"], "cpu");
@@ -331,7 +325,7 @@ TEST_F(CliTest, CapsShowEachRowsMaxBytes) {
   CommandResult ran = run_cli(json_args);
   ASSERT_EQ(ran.exit_code, 0) << ran.out;
   std::map<std::string, uint64_t> all_reduce_limits;
-  for (const nlohmann::json &row : parse(ran)) {
+  for (const nlohmann::json &row : parse_output(ran)) {
     ASSERT_TRUE(row["max_bytes"].is_number_unsigned()) << row.dump();
     if (row["device_kind"] == "limits" && row["collective"] == "all_reduce")
       all_reduce_limits[row["dtype"].get<std::string>()] = row["max_bytes"].get<uint64_t>();

@@ -113,26 +113,6 @@ void expect_loader_reason(const bp_error *refusal, const fs::path &file) {
       << "message lacks the loader's reason '" << *reason << "': " << json_of(refusal);
 }
 
-// Sets an environment variable for one test and restores it afterwards.
-class ScopedEnv {
- public:
-  ScopedEnv(const char *name, const std::string &value) : name_(name) {
-    if (const char *old = getenv(name)) old_ = old;
-    setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      setenv(name_, old_->c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv &) = delete;
-  ScopedEnv &operator=(const ScopedEnv &) = delete;
-
- private:
-  const char *name_;
-  std::optional<std::string> old_;
-};
 
 // A host over `dirs` that also reads BACKPLANE_PLUGIN_PATH (but not the
 // install directory, which would bring in whatever is installed).
@@ -282,34 +262,6 @@ TEST(LoaderTest, ZeroStructSizeDescriptorIsRefused) {
   expect_refused_beside_good("zero_struct_size", BP_PLUGIN_INIT);
 }
 
-// Captures log lines while it lives (bp_log_set_sink); back to stderr at warn after.
-class LoaderLog {
- public:
-  explicit LoaderLog(const char *spec) {
-    bp_log_set_sink(&LoaderLog::sink, this);
-    EXPECT_TRUE(bp_log_configure(spec));
-  }
-  ~LoaderLog() {
-    bp_log_set_sink(nullptr, nullptr);
-    bp_log_configure("warn");
-  }
-  std::vector<std::string> mentioning(const std::string &part) const {
-    std::lock_guard lock(mutex_);
-    std::vector<std::string> found;
-    for (const std::string &line : lines_)
-      if (line.find(part) != std::string::npos) found.push_back(line);
-    return found;
-  }
-
- private:
-  static void sink(void *context, int32_t level, const char *category, const char *message) {
-    auto *self = static_cast<LoaderLog *>(context);
-    std::lock_guard lock(self->mutex_);
-    self->lines_.push_back(std::to_string(level) + " " + category + " " + message);
-  }
-  mutable std::mutex mutex_;
-  std::vector<std::string> lines_;
-};
 
 // plugin.h: a host tolerates the future. A plugin built against a later
 // minor declares a collective (42) and dtype, op and flag bits this host
@@ -318,19 +270,20 @@ class LoaderLog {
 TEST(LoaderTest, RowsFromALaterMinorLoadAndTheirKnownPartsRun) {
   TempDir dir;
   const fs::path file = dir.copy_in(fixture_path("future_values"));
-  LoaderLog log("loader:info");
+  CapturedLog log("loader:info");
   Host host = make_host({dir.path().string()});
   ASSERT_EQ(host.refused().size(), 0u) << describe_refused(host);
   ASSERT_EQ(plugin_names(host).count("future_values"), 1u);
   EXPECT_TRUE(all_reduce_works(host, "future_values", 4));
 
-  std::vector<std::string> ignored = log.mentioning("does not know, ignored");
-  ASSERT_EQ(ignored.size(), 1u) << "expected one info line on what was ignored";
-  EXPECT_EQ(ignored[0].rfind(std::to_string(BP_LOG_INFO) + " loader ", 0), 0u) << ignored[0];
+  std::vector<LogLine> ignored = log.mentioning("does not know, ignored");
+  ASSERT_EQ(ignored.size(), 1u) << "expected one info line on what was ignored" << log.all();
+  EXPECT_EQ(ignored[0].level, int32_t{BP_LOG_INFO}) << ignored[0].message;
+  EXPECT_EQ(ignored[0].category, "loader") << ignored[0].message;
   const std::string file_name = file.filename().string();
   for (const std::string &part : {std::string("row 3 (collective 42)"), std::string("element type bits 0x100000"),
                                   std::string("reduce op bits 0x200"), std::string("flag bits 0x80"), file_name})
-    EXPECT_NE(ignored[0].find(part), std::string::npos) << "missing '" << part << "' in: " << ignored[0];
+    EXPECT_NE(ignored[0].message.find(part), std::string::npos) << "missing '" << part << "' in: " << ignored[0].message;
 
   // The table holds exactly the known part: f32 and i32 with sum and max,
   // both modes; nothing of the future bits.
@@ -774,7 +727,7 @@ TEST(LoaderTest, CallerDirectoriesComeBeforeTheEnvironmentPath) {
   TempDir caller, from_env;
   fs::path good = caller.copy_in(fixture_path("good"));
   fs::path duplicate = from_env.copy_in(fixture_path("duplicate_kind"), "libbackplane_mock_dup.so");
-  ScopedEnv env("BACKPLANE_PLUGIN_PATH", from_env.path().string());
+  ScopedEnvironment env("BACKPLANE_PLUGIN_PATH", from_env.path().string());
   Host host = make_host_reading_env({caller.path().string()});
   EXPECT_EQ(plugin_names(host), std::set<std::string>{"mock"}) << describe_refused(host);
   EXPECT_TRUE(same_file(plugin_file_of(host, "mock"), good));
@@ -788,7 +741,7 @@ TEST(LoaderTest, EnvironmentPathIsSearchedAfterTheCallerDirectories) {
   caller.copy_in(plugin_path("cpu"));
   fs::path duplicate = caller.copy_in(fixture_path("duplicate_kind"), "libbackplane_mock_dup.so");
   fs::path good = from_env.copy_in(fixture_path("good"));
-  ScopedEnv env("BACKPLANE_PLUGIN_PATH", from_env.path().string());
+  ScopedEnvironment env("BACKPLANE_PLUGIN_PATH", from_env.path().string());
   Host host = make_host_reading_env({caller.path().string()});
   // The caller's mock_dup owns "mock" now; the environment's mock is second.
   EXPECT_EQ(plugin_names(host), (std::set<std::string>{"cpu", "mock_dup"})) << describe_refused(host);
@@ -802,7 +755,7 @@ TEST(LoaderTest, EnvironmentPathIsColonSeparated) {
   TempDir caller, env_first, env_second;
   env_first.copy_in(fixture_path("good"));
   env_second.copy_in(plugin_path("cpu"));
-  ScopedEnv env("BACKPLANE_PLUGIN_PATH", env_first.path().string() + ":" + env_second.path().string());
+  ScopedEnvironment env("BACKPLANE_PLUGIN_PATH", env_first.path().string() + ":" + env_second.path().string());
   Host host = make_host_reading_env({caller.path().string()});
   EXPECT_EQ(host.refused().size(), 0u) << describe_refused(host);
   EXPECT_EQ(plugin_names(host), (std::set<std::string>{"cpu", "mock"}));
@@ -813,7 +766,7 @@ TEST(LoaderTest, EnvironmentPathIsIgnoredWithTheFlag) {
   TempDir caller, from_env;
   caller.copy_in(plugin_path("cpu"));
   from_env.copy_in(fixture_path("good"));
-  ScopedEnv env("BACKPLANE_PLUGIN_PATH", from_env.path().string());
+  ScopedEnvironment env("BACKPLANE_PLUGIN_PATH", from_env.path().string());
   Host host = make_host({caller.path().string()}, kPluginOptions);  // BP_HOST_IGNORE_ENV_PATH
   EXPECT_EQ(host.refused().size(), 0u) << describe_refused(host);
   EXPECT_EQ(plugin_names(host), std::set<std::string>{"cpu"});

@@ -27,55 +27,6 @@ namespace fs = std::filesystem;
 using namespace backplane;
 using namespace backplane::testing;
 
-struct LogLine {
-  int32_t level;
-  std::string category;
-  std::string message;
-};
-
-// Captures every log line while it lives; then back to stderr at warn.
-class CapturedLog {
- public:
-  CapturedLog() { bp_log_set_sink(&CapturedLog::sink, this); }
-  ~CapturedLog() {
-    bp_log_set_sink(nullptr, nullptr);
-    bp_log_configure("warn");
-  }
-  CapturedLog(const CapturedLog &) = delete;
-  CapturedLog &operator=(const CapturedLog &) = delete;
-
-  std::vector<LogLine> lines() const {
-    std::lock_guard lock(mutex_);
-    return lines_;
-  }
-  void clear() {
-    std::lock_guard lock(mutex_);
-    lines_.clear();
-  }
-  // The lines that mention `part`.
-  std::vector<LogLine> mentioning(const std::string &part) const {
-    std::vector<LogLine> found;
-    for (const LogLine &line : lines())
-      if (line.message.find(part) != std::string::npos) found.push_back(line);
-    return found;
-  }
-  std::string dump() const {
-    std::string text;
-    for (const LogLine &line : lines())
-      text += "\n  [" + std::to_string(line.level) + " " + line.category + "] " + line.message;
-    return text.empty() ? " (nothing logged)" : text;
-  }
-
- private:
-  static void sink(void *context, int32_t level, const char *category, const char *message) {
-    auto *self = static_cast<CapturedLog *>(context);
-    std::lock_guard lock(self->mutex_);
-    self->lines_.push_back({level, category ? category : "(null)", message ? message : "(null)"});
-  }
-  mutable std::mutex mutex_;
-  std::vector<LogLine> lines_;
-};
-
 bool any_line_has(const std::vector<LogLine> &lines, const std::string &part) {
   for (const LogLine &line : lines)
     if (line.message.find(part) != std::string::npos) return true;
@@ -108,20 +59,20 @@ TEST(Log, LoaderAtDebugSaysWhatItDidWithEveryFile) {
   }
 
   std::vector<LogLine> about_cpu = log.mentioning(dir.cpu.string());
-  EXPECT_TRUE(any_line_has(about_cpu, "loaded")) << "no line says the cpu plugin was loaded:" << log.dump();
+  EXPECT_TRUE(any_line_has(about_cpu, "loaded")) << "no line says the cpu plugin was loaded:" << log.all();
 
   std::vector<LogLine> about_bogus = log.mentioning(dir.bogus.string());
   // The host's ELF check refuses it before the system loader sees it.
   const std::string reason = "not an ELF file (no ELF magic at its start)";
   EXPECT_TRUE(any_line_has(about_bogus, reason))
-      << "no line gives the refusal of " << dir.bogus << " with the reason '" << reason << "':" << log.dump();
+      << "no line gives the refusal of " << dir.bogus << " with the reason '" << reason << "':" << log.all();
   EXPECT_TRUE(any_line_has(about_bogus, "refus") || any_line_has(about_bogus, "cannot load"))
-      << "no line says " << dir.bogus << " was refused:" << log.dump();
+      << "no line says " << dir.bogus << " was refused:" << log.all();
 
   std::vector<LogLine> about_readme = log.mentioning(dir.readme.string());
   EXPECT_TRUE(any_line_has(about_readme, "skipping") &&
               any_line_has(about_readme, "not named libbackplane_<name>.so"))
-      << "no line says README.txt was skipped and why:" << log.dump();
+      << "no line says README.txt was skipped and why:" << log.all();
 
   for (const LogLine &line : log.lines()) {
     EXPECT_GE(line.level, int32_t{BP_LOG_ERROR}) << line.message;
@@ -139,17 +90,17 @@ TEST(Log, LevelFilters) {
   ASSERT_TRUE(bp_log_configure("info"));
   { Host host = make_host({dir.path()}); }
   for (const LogLine &line : log.lines()) EXPECT_LE(line.level, int32_t{BP_LOG_INFO}) << line.message;
-  EXPECT_FALSE(log.mentioning(dir.cpu.string()).empty()) << log.dump();
-  EXPECT_FALSE(log.mentioning(dir.bogus.string()).empty()) << log.dump();
-  EXPECT_TRUE(log.mentioning(dir.readme.string()).empty()) << log.dump();
+  EXPECT_FALSE(log.mentioning(dir.cpu.string()).empty()) << log.all();
+  EXPECT_FALSE(log.mentioning(dir.bogus.string()).empty()) << log.all();
+  EXPECT_TRUE(log.mentioning(dir.readme.string()).empty()) << log.all();
 
   log.clear();
   ASSERT_TRUE(bp_log_configure("error"));
   { Host host = make_host({dir.path()}); }
   for (const LogLine &line : log.lines()) EXPECT_EQ(line.level, int32_t{BP_LOG_ERROR}) << line.message;
-  EXPECT_TRUE(log.mentioning(dir.cpu.string()).empty()) << log.dump();
-  EXPECT_TRUE(log.mentioning(dir.bogus.string()).empty()) << log.dump();
-  EXPECT_TRUE(log.mentioning(dir.readme.string()).empty()) << log.dump();
+  EXPECT_TRUE(log.mentioning(dir.cpu.string()).empty()) << log.all();
+  EXPECT_TRUE(log.mentioning(dir.bogus.string()).empty()) << log.all();
+  EXPECT_TRUE(log.mentioning(dir.readme.string()).empty()) << log.all();
 }
 
 // A level for one category leaves the others at the default (warn).
@@ -163,12 +114,12 @@ TEST(Log, CategoryFilters) {
       EXPECT_LE(line.level, int32_t{BP_LOG_WARN}) << line.message;
     }
   }
-  EXPECT_TRUE(log.mentioning(dir.readme.string()).empty()) << log.dump();
+  EXPECT_TRUE(log.mentioning(dir.readme.string()).empty()) << log.all();
 
   log.clear();
   ASSERT_TRUE(bp_log_configure("warn,loader:debug"));
   { Host host = make_host({dir.path()}); }
-  EXPECT_FALSE(log.mentioning(dir.readme.string()).empty()) << log.dump();
+  EXPECT_FALSE(log.mentioning(dir.readme.string()).empty()) << log.all();
 }
 
 TEST(Log, SettingsThatDoNotParseAreRefusedAndChangeNothing) {
@@ -179,7 +130,7 @@ TEST(Log, SettingsThatDoNotParseAreRefusedAndChangeNothing) {
     EXPECT_FALSE(bp_log_configure(spec)) << spec;
   // Still loader:debug.
   { Host host = make_host({dir.path()}); }
-  EXPECT_FALSE(log.mentioning(dir.readme.string()).empty()) << log.dump();
+  EXPECT_FALSE(log.mentioning(dir.readme.string()).empty()) << log.all();
 }
 
 TEST(Log, EveryLevelAndCategoryFormParses) {

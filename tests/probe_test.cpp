@@ -37,65 +37,6 @@ using namespace backplane::fixtures;
 constexpr const char *kPluginOptions = R"({"cpu": {"devices": 2}})";
 constexpr size_t kCpuDevices = 2;
 
-// Sets (or, with nullopt, unsets) an environment variable for its lifetime.
-class ScopedEnvironment {
- public:
-  ScopedEnvironment(const char *name, std::optional<std::string> value) : name_(name) {
-    if (const char *old = std::getenv(name)) old_ = old;
-    if (value)
-      ::setenv(name, value->c_str(), 1);
-    else
-      ::unsetenv(name);
-  }
-  ~ScopedEnvironment() {
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-  ScopedEnvironment(const ScopedEnvironment &) = delete;
-  ScopedEnvironment &operator=(const ScopedEnvironment &) = delete;
-
- private:
-  const char *name_;
-  std::optional<std::string> old_;
-};
-
-// Captures log lines while it lives; back to stderr at warn after.
-class CapturedLog {
- public:
-  explicit CapturedLog(const char *spec) {
-    bp_log_set_sink(&CapturedLog::sink, this);
-    EXPECT_TRUE(bp_log_configure(spec));
-  }
-  ~CapturedLog() {
-    bp_log_set_sink(nullptr, nullptr);
-    bp_log_configure("warn");
-  }
-  std::vector<std::string> mentioning(const std::string &part) const {
-    std::lock_guard lock(mutex_);
-    std::vector<std::string> found;
-    for (const std::string &line : lines_)
-      if (line.find(part) != std::string::npos) found.push_back(line);
-    return found;
-  }
-  std::string all() const {
-    std::lock_guard lock(mutex_);
-    std::string text;
-    for (const std::string &line : lines_) text += "\n  " + line;
-    return text;
-  }
-
- private:
-  static void sink(void *context, int32_t level, const char *category, const char *message) {
-    auto *self = static_cast<CapturedLog *>(context);
-    std::lock_guard lock(self->mutex_);
-    self->lines_.push_back(std::to_string(level) + " " + category + " " + message);
-  }
-  mutable std::mutex mutex_;
-  std::vector<std::string> lines_;
-};
-
 std::string read_text(const fs::path &file) {
   std::ifstream in(file, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -263,9 +204,10 @@ TEST_F(ProbeTest, BadValuesOfTheVariablesAreIgnoredWithAWarning) {
     Host host = make_probing_host(0);
     EXPECT_EQ(plugin_names(host), std::set<std::string>{"mock"});
   }
-  const std::vector<std::string> warned = log.mentioning("ignoring BACKPLANE_PROBE='yes': it is neither 1 nor 0");
+  const std::vector<LogLine> warned = log.mentioning("ignoring BACKPLANE_PROBE='yes': it is neither 1 nor 0");
   ASSERT_EQ(warned.size(), 1u) << log.all();
-  EXPECT_EQ(warned[0].rfind(std::to_string(BP_LOG_WARN) + " loader ", 0), 0u) << warned[0];
+  EXPECT_EQ(warned[0].level, int32_t{BP_LOG_WARN}) << warned[0].message;
+  EXPECT_EQ(warned[0].category, "loader") << warned[0].message;
   EXPECT_TRUE(log.mentioning("probe of").empty()) << "probing stayed off: " << log.all();
 
   ScopedEnvironment bad_timeout("BACKPLANE_PROBE_TIMEOUT_MS", "1.5s");

@@ -11,8 +11,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 #include <system_error>
 
 extern char **environ;  // what the tool inherits, as it would from a shell
@@ -140,6 +142,81 @@ CommandResult run_cli(const std::vector<std::string> &args, StderrTo stderr_to) 
     }
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
+}
+
+nlohmann::json parse_output(const CommandResult &ran) {
+  nlohmann::json parsed = nlohmann::json::parse(ran.out, nullptr, /*allow_exceptions=*/false);
+  EXPECT_FALSE(parsed.is_discarded()) << "not JSON:\n" << ran.out;
+  return parsed;
+}
+
+std::vector<std::string> lines_of(const std::string &text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+std::vector<std::string> words_of(const std::string &line) {
+  std::vector<std::string> words;
+  std::istringstream in(line);
+  for (std::string word; in >> word;) words.push_back(word);
+  return words;
+}
+
+ScopedEnvironment::ScopedEnvironment(const char *name, std::optional<std::string> value) : name_(name) {
+  if (const char *old = std::getenv(name)) old_ = old;
+  if (value)
+    ::setenv(name, value->c_str(), 1);
+  else
+    ::unsetenv(name);
+}
+
+ScopedEnvironment::~ScopedEnvironment() {
+  if (old_)
+    ::setenv(name_, old_->c_str(), 1);
+  else
+    ::unsetenv(name_);
+}
+
+CapturedLog::CapturedLog(const char *spec) {
+  bp_log_set_sink(&CapturedLog::sink, this);
+  if (spec) EXPECT_TRUE(bp_log_configure(spec)) << spec;
+}
+
+CapturedLog::~CapturedLog() {
+  bp_log_set_sink(nullptr, nullptr);
+  bp_log_configure("warn");
+}
+
+std::vector<LogLine> CapturedLog::lines() const {
+  std::lock_guard lock(mutex_);
+  return lines_;
+}
+
+void CapturedLog::clear() {
+  std::lock_guard lock(mutex_);
+  lines_.clear();
+}
+
+std::vector<LogLine> CapturedLog::mentioning(const std::string &part) const {
+  std::vector<LogLine> found;
+  for (const LogLine &line : lines())
+    if (line.message.find(part) != std::string::npos) found.push_back(line);
+  return found;
+}
+
+std::string CapturedLog::all() const {
+  std::string text;
+  for (const LogLine &line : lines())
+    text += "\n  [" + std::to_string(line.level) + " " + line.category + "] " + line.message;
+  return text.empty() ? " (nothing logged)" : text;
+}
+
+void CapturedLog::sink(void *context, int32_t level, const char *category, const char *message) {
+  auto *self = static_cast<CapturedLog *>(context);
+  std::lock_guard lock(self->mutex_);
+  self->lines_.push_back({level, category ? category : "(null)", message ? message : "(null)"});
 }
 
 }  // namespace backplane::testing

@@ -4,6 +4,9 @@
 #pragma once
 
 #include <filesystem>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,5 +70,53 @@ struct CommandResult {
 // argv entry each (no shell: nothing to quote), and waits for it to exit.
 // Fails the test if it cannot be started.
 CommandResult run_cli(const std::vector<std::string> &args, StderrTo stderr_to = StderrTo::test_log);
+
+// What a command printed, parsed as JSON; a discarded value (and a test
+// failure showing the output) when it is not JSON.
+nlohmann::json parse_output(const CommandResult &ran);
+// The lines of `text`, and the words of one line (split at white space).
+std::vector<std::string> lines_of(const std::string &text);
+std::vector<std::string> words_of(const std::string &line);
+
+// Sets (or, with nullopt, unsets) an environment variable for its
+// lifetime, then puts back what was there.
+class ScopedEnvironment {
+ public:
+  ScopedEnvironment(const char *name, std::optional<std::string> value);
+  ~ScopedEnvironment();
+  ScopedEnvironment(const ScopedEnvironment &) = delete;
+  ScopedEnvironment &operator=(const ScopedEnvironment &) = delete;
+
+ private:
+  const char *name_;
+  std::optional<std::string> old_;
+};
+
+// One line the host logged.
+struct LogLine {
+  int32_t level;
+  std::string category;
+  std::string message;
+};
+
+// Captures the host's log lines while it lives, after bp_log_configure(spec)
+// when a spec is given; back to stderr at warn after.
+class CapturedLog {
+ public:
+  explicit CapturedLog(const char *spec = nullptr);
+  ~CapturedLog();
+  CapturedLog(const CapturedLog &) = delete;
+  CapturedLog &operator=(const CapturedLog &) = delete;
+  std::vector<LogLine> lines() const;
+  void clear();
+  // The lines whose message mentions `part`.
+  std::vector<LogLine> mentioning(const std::string &part) const;
+  std::string all() const;  // every line, each on its own indented line
+
+ private:
+  static void sink(void *context, int32_t level, const char *category, const char *message);
+  mutable std::mutex mutex_;
+  std::vector<LogLine> lines_;
+};
 
 }  // namespace backplane::testing
