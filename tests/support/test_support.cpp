@@ -181,7 +181,9 @@ ScopedEnvironment::~ScopedEnvironment() {
 
 CapturedLog::CapturedLog(const char *spec) {
   bp_log_set_sink(&CapturedLog::sink, this);
-  if (spec) EXPECT_TRUE(bp_log_configure(spec)) << spec;
+  if (spec) {
+    EXPECT_TRUE(bp_log_configure(spec)) << spec;
+  }
 }
 
 CapturedLog::~CapturedLog() {
