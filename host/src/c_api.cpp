@@ -232,7 +232,7 @@ bp_error *bp_host_plugin(const bp_host *host, size_t index, bp_plugin_info *out)
     info.abi_major = plugin.descriptor.abi_major;
     info.abi_minor = plugin.descriptor.abi_minor;
     info.file = plugin.file.c_str();
-    info.sha256 = plugin.sha256.c_str();
+    info.sha256 = plugin.sha256().c_str();
     info.device_kinds = plugin.device_kind_pointers.data();
     info.device_kind_count = plugin.device_kind_pointers.size();
     info.kind_status = plugin.kind_status_pointers.data();

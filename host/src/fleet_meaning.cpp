@@ -547,10 +547,11 @@ bool take_fleet_plugin_checks(bp_host &host, const nlohmann::json &document, Pro
   for (const auto &plugin : host.plugins) {
     const std::string file = fs::path(plugin->file).filename().string();
     const auto pin = pins.find(file);
-    if (!fleet_pins.contains(file) || pin == pins.end() || plugin->sha256.empty() || pin->second == plugin->sha256)
+    if (!fleet_pins.contains(file) || pin == pins.end() || plugin->sha256().empty() ||
+        pin->second == plugin->sha256())
       continue;
     problems.add(BP_CONFIG, "/plugin_pins/" + pointer_escape(file), fleet_pins[file],
-                 file + " is already loaded from '" + plugin->file + "' with SHA-256 " + plugin->sha256 +
+                 file + " is already loaded from '" + plugin->file + "' with SHA-256 " + plugin->sha256() +
                      ", not the pinned " + pin->second,
                  "create a host from this fleet (bp_host_create_from_fleet_file, as backplane run does), so that the "
                  "pin is checked before the plugin loads");

@@ -47,7 +47,12 @@ struct LoadedPlugin {
   bp_plugin_functions functions{};
   bp_plugin_state *state = nullptr;
   std::string name, version;
-  std::string sha256;  // of the file's bytes, hex
+  // The SHA-256 of the file's bytes in hex, read through library_fd: taken
+  // before the load when the file's name is pinned, else when first asked
+  // (a plugin with debug info is megabytes, milliseconds of hashing that
+  // most hosts never need). "" if the file could not be read.
+  const std::string &sha256() const;
+  void set_sha256(std::string digest) const;
   std::vector<std::string> device_kinds;
   std::vector<const char *> device_kind_pointers;  // for bp_plugin_info
   // Per kind, what the plugin's kind_info said (ABI 1.1), copied at load;
@@ -66,6 +71,10 @@ struct LoadedPlugin {
   LoadedPlugin(const LoadedPlugin &) = delete;
   LoadedPlugin &operator=(const LoadedPlugin &) = delete;
   ~LoadedPlugin();  // destroys the state, then unloads the library
+
+ private:
+  mutable std::once_flag sha256_once_;
+  mutable std::string sha256_;
 };
 
 // Calls one plugin function, turning a failure code (with the message the

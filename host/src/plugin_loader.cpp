@@ -334,11 +334,15 @@ Status open_and_enter(const bp_host &host, const fs::path &file, Candidate &cand
       return status;
   }
 
-  // The content is hashed from the descriptor the system loader maps, so
-  // a pin checks the very bytes that would run.
-  Expected<std::string> sha256 = sha256_of_file(opened.fd(), path);
-  if (!sha256) return sha256.take_error();
-  if (Status status = check_pin(host, file, *sha256); !status) return status;
+  // A pinned file is hashed from the descriptor the system loader then
+  // maps, so the pin checks the very bytes that would run.
+  std::optional<std::string> pinned_file_sha256;
+  if (host.plugin_pins.contains(file.filename().string())) {
+    Expected<std::string> sha256 = sha256_of_file(opened.fd(), path);
+    if (!sha256) return sha256.take_error();
+    if (Status status = check_pin(host, file, *sha256); !status) return status;
+    pinned_file_sha256 = std::move(*sha256);
+  }
   // A plugin that crashes or hangs does so in the probe's process, not here.
   if (host.probe.enabled) {
     if (Status status = probe_plugin_file(path, opened.fd(), entry_options_json(host), host.probe); !status)
@@ -347,7 +351,7 @@ Status open_and_enter(const bp_host &host, const fs::path &file, Candidate &cand
 
   auto plugin = std::make_unique<LoadedPlugin>();
   plugin->file = one_line_utf8(path);  // for listings; `file` itself is what is opened
-  plugin->sha256 = std::move(*sha256);
+  if (pinned_file_sha256) plugin->set_sha256(std::move(*pinned_file_sha256));
   try {
     std::lock_guard lock(dynamic_loader_mutex());
     // Immediate binding: an unresolved symbol fails here, with the system
@@ -758,6 +762,22 @@ fs::path install_plugin_directory() {
 const bp_host_services &host_services() {
   static const bp_host_services services{sizeof(bp_host_services), nullptr, report_error, plugin_log, nullptr};
   return services;
+}
+
+const std::string &LoadedPlugin::sha256() const {
+  std::call_once(sha256_once_, [&] {
+    Expected<std::string> digest = sha256_of_file(library_fd, file);
+    if (digest) {
+      sha256_ = std::move(*digest);
+    } else {
+      log(BP_LOG_WARN, "loader", digest.take_error().message());
+    }
+  });
+  return sha256_;
+}
+
+void LoadedPlugin::set_sha256(std::string digest) const {
+  std::call_once(sha256_once_, [&] { sha256_ = std::move(digest); });
 }
 
 LoadedPlugin::~LoadedPlugin() {

@@ -174,8 +174,8 @@ typedef struct bp_plugin_info {
    * line on its state, above all why it has no device; an entry is NULL when
    * the plugin has nothing to say. */
   const char *const *kind_status;
-  /* Since 1.2: the SHA-256 of the file's bytes as loaded, 64 hex digits
-   * (what bp_host_options.plugin_pins_json compares against). */
+  /* Since 1.2: the SHA-256 of the file's bytes, 64 hex digits: read before loading when pinned
+   * (bp_host_options.plugin_pins_json), else at the first bp_host_plugin call; "" if unreadable. */
   const char *sha256;
 } bp_plugin_info;
 #define BP_PLUGIN_INFO_SIZE_V1_0 BP_STRUCT_SIZE(bp_plugin_info, device_kind_count)
