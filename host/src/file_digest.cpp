@@ -94,17 +94,14 @@ Expected<PluginPins> plugin_pins_from_json(const nlohmann::json &object) {
   return pins;
 }
 
-Status merge_plugin_pins(PluginPins &pins, const PluginPins &extra, std::string_view pins_source,
-                         std::string_view extra_source) {
-  for (const auto &[name, sha256] : extra) {
-    const auto [existing, inserted] = pins.emplace(name, sha256);
-    if (inserted || existing->second == sha256) continue;
-    return Error(BP_CONFIG, name + " is pinned to " + sha256 + " by " + std::string(extra_source) + " but to " +
-                                existing->second + " by " + std::string(pins_source))
-        .with("plugin_file", name)
-        .hint("pin each plugin file to one SHA-256");
-  }
-  return {};
+Status add_plugin_pin(PluginPins &pins, const std::string &file, const std::string &sha256,
+                      std::string_view pins_source, std::string_view source) {
+  const auto [existing, inserted] = pins.emplace(file, sha256);
+  if (inserted || existing->second == sha256) return {};
+  return Error(BP_CONFIG, file + " is pinned to " + sha256 + " by " + std::string(source) + " but to " +
+                              existing->second + " by " + std::string(pins_source))
+      .with("plugin_file", file)
+      .hint("pin each plugin file to one SHA-256");
 }
 
 }  // namespace backplane

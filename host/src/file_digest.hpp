@@ -28,10 +28,10 @@ Expected<PluginPins> parse_plugin_pins(std::string_view json_text);
 // The same for an object already parsed (a fleet's "plugin_pins").
 Expected<PluginPins> plugin_pins_from_json(const nlohmann::json &object);
 
-// Adds `extra` to `pins`; a file pinned to another digest in `pins` is
-// refused with BP_CONFIG, `pins_source` and `extra_source` saying who
-// pinned which ("the host options", "the fleet").
-Status merge_plugin_pins(PluginPins &pins, const PluginPins &extra, std::string_view pins_source,
-                         std::string_view extra_source);
+// Adds the pin `file` -> `sha256` to `pins`; a file pinned to another
+// digest there is refused with BP_CONFIG, `pins_source` and `source` saying
+// who pinned which ("the host options", "the fleet").
+Status add_plugin_pin(PluginPins &pins, const std::string &file, const std::string &sha256,
+                      std::string_view pins_source, std::string_view source);
 
 }  // namespace backplane

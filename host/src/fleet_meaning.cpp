@@ -526,7 +526,7 @@ void add_fleet_pins(const nlohmann::json &document, PluginPins &pins, std::strin
     return;
   }
   for (const auto &[file, sha256] : *fleet_pins) {
-    if (Status merged = merge_plugin_pins(pins, {{file, sha256}}, pins_source, "the fleet"); !merged)
+    if (Status merged = add_plugin_pin(pins, file, sha256, pins_source, "the fleet"); !merged)
       problems.add(merged.take_error(), "/plugin_pins/" + pointer_escape(file), given[file]);
   }
 }
