@@ -1015,7 +1015,7 @@ TEST(FleetFile, FindDeviceOfAKindWhosePluginRefusedItsOptionsIsConfig) {
   EXPECT_EQ(text_field(error.get(), "device_kind"), "cpu");
   EXPECT_TRUE(names_file(text_field(error.get(), "file"), plugin_path("cpu"))) << describe(error.get());
   // A kind nobody provides is still PLUGIN_NOT_FOUND.
-  error.reset(bp_host_find_device(host.get(), "vulkan:0", &device));
+  error.reset(bp_host_find_device(host.get(), "metal:0", &device));
   ASSERT_NE(error, nullptr);
   EXPECT_EQ(bp_error_code(error.get()), BP_PLUGIN_NOT_FOUND) << describe(error.get());
 }

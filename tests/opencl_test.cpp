@@ -29,7 +29,6 @@
 #include "conformance.hpp"
 #include "test_support.hpp"
 
-extern char **environ;
 
 namespace backplane::testing {
 namespace {
@@ -596,30 +595,6 @@ TEST(OpenclOptions, FiltersNarrowTheDevicesAndSayWhy) {
   }
 }
 
-// ---- tests in a child process ------------------------------------------------------------
-
-// Runs `test` of this binary in a child process with `extra` added to its
-// environment: the ICD loader reads OCL_ICD_VENDORS, and drivers their own
-// variables, once per process, at its first OpenCL call. Expects the child
-// to exit 0; its failures are in its output.
-void run_in_child(const std::string &test, const std::vector<std::string> &extra) {
-  std::vector<std::string> environment;
-  for (char **entry = environ; *entry != nullptr; ++entry) environment.emplace_back(*entry);
-  environment.insert(environment.end(), extra.begin(), extra.end());
-  std::vector<char *> envp;
-  for (std::string &entry : environment) envp.push_back(entry.data());
-  envp.push_back(nullptr);
-  std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  std::string filter = "--gtest_filter=" + test;
-  char *argv[] = {self.data(), filter.data(), nullptr};
-  pid_t child = 0;
-  ASSERT_EQ(posix_spawn(&child, self.c_str(), nullptr, nullptr, argv, envp.data()), 0);
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << test << " failed in the child; its failures are in its output above";
-}
-
 // ---- no platform at all ----------------------------------------------------------------
 
 // Run in a child process of this binary: with an empty vendors directory
@@ -791,56 +766,6 @@ using Clock = std::chrono::steady_clock;
 // through the comm's scratch (plugins/opencl/src/collectives.cpp).
 constexpr size_t kBuffersPerKernel = 8;
 
-// One buffer of `count` elements of T per rank of `devices`, rank r's
-// holding `value(r)` everywhere.
-template <typename T, typename Value>
-std::vector<Buffer> filled_buffers(const std::vector<Device> &devices, size_t count, Value value) {
-  std::vector<Buffer> buffers;
-  for (size_t r = 0; r < devices.size(); ++r) {
-    const std::vector<T> values(count, value(r));
-    buffers.push_back(Buffer::create(devices[r], count * sizeof(T)).value());
-    EXPECT_TRUE(buffers.back().write(std::span<const T>(values)));
-  }
-  return buffers;
-}
-
-std::vector<bp_buffer *> raw_handles(const std::vector<Buffer> &buffers) {
-  std::vector<bp_buffer *> raw;
-  for (const Buffer &buffer : buffers) raw.push_back(buffer.get());
-  return raw;
-}
-
-Result<Event> all_reduce_async(Group &group, const std::vector<bp_buffer *> &send,
-                               const std::vector<bp_buffer *> &recv, size_t count, bp_dtype dtype, bp_reduce_op op) {
-  bp_event *raw = nullptr;
-  if (bp_error *error = bp_all_reduce_async(group.get(), send.data(), recv.data(), count, dtype, op, &raw)) {
-    return Error(error);
-  }
-  return Event(raw);
-}
-
-// How many of `count` elements from `first` of `buffer` differ from
-// `expected`, and the first one that does.
-template <typename T>
-std::string mismatches(const Buffer &buffer, size_t first, size_t count, T expected) {
-  std::vector<T> values(count);
-  const Status read = buffer.read(first * sizeof(T), values.data(), count * sizeof(T));
-  if (!read) return std::string(read.error().message());
-  size_t wrong = 0, first_wrong = 0;
-  for (size_t i = 0; i < count; ++i) {
-    if (values[i] == expected) continue;
-    if (wrong++ == 0) first_wrong = i;
-  }
-  if (wrong == 0) return "";
-  std::ostringstream text;
-  text << wrong << " of " << count << " elements wrong, first at " << first + first_wrong << ": "
-       << values[first_wrong] << " instead of " << expected;
-  return text.str();
-}
-
-double milliseconds(Clock::duration duration) {
-  return std::chrono::duration<double, std::milli>(duration).count();
-}
 
 // An _async all_reduce of a large buffer returns while the device works:
 // right after the start the event is not complete, and the start took a

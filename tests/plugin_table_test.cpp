@@ -65,6 +65,7 @@ struct PluginCase {
 const PluginCase kPlugins[] = {
     {"cpu", R"({"async_threshold_bytes": 0})", R"({"devices": 3, "async_threshold_bytes": 0})"},
     {"opencl", R"({})", R"({"build_options": "-cl-mad-enable"})"},
+    {"vulkan", R"({"ranks_per_device": 2})", R"({"ranks_per_device": 3})"},
 };
 
 class PluginTable : public ::testing::TestWithParam<PluginCase> {

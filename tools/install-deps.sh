@@ -22,6 +22,10 @@ packages=(
   # a second OpenCL platform for the tests of groups across platforms:
   # Mesa's rusticl, whose llvmpipe device shows with RUSTICL_ENABLE=llvmpipe
   mesa-opencl-icd
+  # the Vulkan plugin: the Khronos loader and headers, glslc and spirv-val to
+  # build its shaders, Mesa's lavapipe (a CPU Vulkan device) for the tests,
+  # the Khronos validation layer they run under, vulkaninfo to look at it
+  libvulkan-dev glslc spirv-tools mesa-vulkan-drivers vulkan-validationlayers vulkan-tools
   # tests and micro-benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # the ABI guard (tests/abi/abi_guard.sh): libabigail's abidw and abidiff;

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <system_error>
@@ -219,6 +220,24 @@ void CapturedLog::sink(void *context, int32_t level, const char *category, const
   auto *self = static_cast<CapturedLog *>(context);
   std::lock_guard lock(self->mutex_);
   self->lines_.push_back({level, category ? category : "(null)", message ? message : "(null)"});
+}
+
+void run_in_child(const std::string &test, const std::vector<std::string> &extra) {
+  std::vector<std::string> environment;
+  for (char **entry = environ; *entry != nullptr; ++entry) environment.emplace_back(*entry);
+  environment.insert(environment.end(), extra.begin(), extra.end());
+  std::vector<char *> envp;
+  for (std::string &entry : environment) envp.push_back(entry.data());
+  envp.push_back(nullptr);
+  std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  std::string filter = "--gtest_filter=" + test;
+  char *argv[] = {self.data(), filter.data(), nullptr};
+  pid_t child = 0;
+  ASSERT_EQ(posix_spawn(&child, self.c_str(), nullptr, nullptr, argv, envp.data()), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << test << " failed in the child; its failures are in its output above";
 }
 
 }  // namespace backplane::testing

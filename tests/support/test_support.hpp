@@ -3,10 +3,13 @@
 // about a file, and the built CLI run as a subprocess.
 #pragma once
 
+#include <chrono>
 #include <filesystem>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -92,6 +95,13 @@ class ScopedEnvironment {
   std::optional<std::string> old_;
 };
 
+// Runs `test` of the calling test binary in a child process with `extra`
+// ("NAME=value") added to its environment: for what a runtime reads once
+// per process at its first call (the OpenCL ICD loader's OCL_ICD_VENDORS,
+// the Vulkan loader's VK_DRIVER_FILES). Expects the child to exit 0; its
+// failures are in its output.
+void run_in_child(const std::string &test, const std::vector<std::string> &extra);
+
 // One line the host logged.
 struct LogLine {
   int32_t level;
@@ -118,5 +128,58 @@ class CapturedLog {
   mutable std::mutex mutex_;
   std::vector<LogLine> lines_;
 };
+
+// ---- collectives in flight, for the plugins' async tests ----
+
+// One buffer of `count` elements of T per rank of `devices`, rank r's
+// holding `value(r)` everywhere.
+template <typename T, typename Value>
+std::vector<Buffer> filled_buffers(const std::vector<Device> &devices, size_t count, Value value) {
+  std::vector<Buffer> buffers;
+  for (size_t r = 0; r < devices.size(); ++r) {
+    const std::vector<T> values(count, value(r));
+    buffers.push_back(Buffer::create(devices[r], count * sizeof(T)).value());
+    EXPECT_TRUE(buffers.back().write(std::span<const T>(values)));
+  }
+  return buffers;
+}
+
+inline std::vector<bp_buffer *> raw_handles(const std::vector<Buffer> &buffers) {
+  std::vector<bp_buffer *> raw;
+  for (const Buffer &buffer : buffers) raw.push_back(buffer.get());
+  return raw;
+}
+
+inline Result<Event> all_reduce_async(Group &group, const std::vector<bp_buffer *> &send,
+                               const std::vector<bp_buffer *> &recv, size_t count, bp_dtype dtype, bp_reduce_op op) {
+  bp_event *raw = nullptr;
+  if (bp_error *error = bp_all_reduce_async(group.get(), send.data(), recv.data(), count, dtype, op, &raw)) {
+    return Error(error);
+  }
+  return Event(raw);
+}
+
+// How many of `count` elements from `first` of `buffer` differ from
+// `expected`, and the first one that does.
+template <typename T>
+std::string mismatches(const Buffer &buffer, size_t first, size_t count, T expected) {
+  std::vector<T> values(count);
+  const Status read = buffer.read(first * sizeof(T), values.data(), count * sizeof(T));
+  if (!read) return std::string(read.error().message());
+  size_t wrong = 0, first_wrong = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (values[i] == expected) continue;
+    if (wrong++ == 0) first_wrong = i;
+  }
+  if (wrong == 0) return "";
+  std::ostringstream text;
+  text << wrong << " of " << count << " elements wrong, first at " << first + first_wrong << ": "
+       << values[first_wrong] << " instead of " << expected;
+  return text.str();
+}
+
+inline double milliseconds(std::chrono::steady_clock::duration duration) {
+  return std::chrono::duration<double, std::milli>(duration).count();
+}
 
 }  // namespace backplane::testing

@@ -27,20 +27,7 @@ std::uint32_t device_dtypes(const DeviceFeatures &features) noexcept {
 
 std::vector<bp_capability> device_capabilities(std::span<const bp_capability> kind_rows,
                                                const DeviceFeatures &features, std::uint64_t max_allocation_bytes) {
-  const std::uint32_t dtypes = device_dtypes(features);
-  std::vector<bp_capability> rows;
-  rows.reserve(kind_rows.size());
-  for (const bp_capability &kind_row : kind_rows) {
-    bp_capability narrowed = kind_row;
-    // Barrier moves no elements, so no dtype narrows it.
-    if (kind_row.collective != BP_BARRIER) {
-      narrowed.dtypes &= dtypes;
-      if (narrowed.dtypes == 0) continue;
-    }
-    narrowed.max_bytes = max_allocation_bytes;
-    rows.push_back(narrowed);
-  }
-  return rows;
+  return plugin_support::device_rows(kind_rows, device_dtypes(features), max_allocation_bytes);
 }
 
 }  // namespace backplane::opencl

@@ -19,4 +19,19 @@ std::vector<bp_capability> rows_for_host(std::span<const bp_capability> rows, st
   return known;
 }
 
+std::vector<bp_capability> device_rows(std::span<const bp_capability> rows, std::uint32_t dtypes,
+                                       std::uint64_t max_bytes) {
+  std::vector<bp_capability> narrowed;
+  narrowed.reserve(rows.size());
+  for (bp_capability row : rows) {
+    if (row.collective != BP_BARRIER) {
+      row.dtypes &= dtypes;
+      if (row.dtypes == 0) continue;
+    }
+    row.max_bytes = max_bytes;
+    narrowed.push_back(row);
+  }
+  return narrowed;
+}
+
 }  // namespace backplane::plugin_support

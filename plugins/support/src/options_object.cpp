@@ -67,9 +67,23 @@ std::optional<OptionsObject> OptionsObject::parse(std::string_view text, std::st
   }
   OptionsObject options;
   for (const auto &[key, value] : document.items()) {
-    Entry entry{key, shown(Json(key)), type_with_article(value), shown(value), std::nullopt, std::nullopt};
+    Entry entry;
+    entry.key = key;
+    entry.shown_key = shown(Json(key));
+    entry.type = type_with_article(value);
+    entry.shown = shown(value);
     if (value.is_string()) entry.text = value.get<std::string>();
     if (value.is_number_unsigned()) entry.integer = value.get<std::uint64_t>();
+    if (value.is_boolean()) entry.boolean = value.get<bool>();
+    if (value.is_array()) {
+      entry.items = value.size();
+      std::vector<std::string> strings;
+      for (const Json &item : value) {
+        if (!item.is_string()) break;
+        strings.push_back(item.get<std::string>());
+      }
+      if (strings.size() == value.size()) entry.strings = std::move(strings);
+    }
     options.entries_.push_back(std::move(entry));
   }
   return options;
@@ -135,6 +149,35 @@ bool OptionsObject::read(const char *key, std::uint64_t min, std::uint64_t max, 
     return false;
   }
   out = *entry->integer;
+  return true;
+}
+
+bool OptionsObject::read(const char *key, bool &out, std::string *error) const {
+  const Entry *entry = find(key);
+  if (entry == nullptr) return true;
+  if (!entry->boolean) {
+    *error = entry->shown_key + " must be true or false, got " + entry->type;
+    return false;
+  }
+  out = *entry->boolean;
+  return true;
+}
+
+bool OptionsObject::read(const char *key, std::size_t max_items, std::vector<std::string> &out,
+                         std::string *error) const {
+  const Entry *entry = find(key);
+  if (entry == nullptr) return true;
+  if (!entry->strings) {
+    *error = entry->shown_key + " must be an array of strings, got " +
+             (entry->type == "an array" ? "an array holding " + entry->shown : entry->type);
+    return false;
+  }
+  if (entry->items > max_items) {
+    *error = entry->shown_key + " lists " + std::to_string(entry->items) + " items, more than " +
+             std::to_string(max_items);
+    return false;
+  }
+  out = *entry->strings;
   return true;
 }
 

@@ -82,6 +82,13 @@ inline constexpr std::array<bp_capability, 12> kEveryCollectiveRows = {
 // to lose).
 std::vector<bp_capability> rows_for_host(std::span<const bp_capability> rows, std::uint32_t host_minor);
 
+// One device's rows: a kind's `rows` narrowed to the element types in
+// `dtypes` (a row left with none dropped; barrier moves no elements and
+// keeps its row), each with max_bytes = `max_bytes` (the device's largest
+// allocation: no buffer of a call can span more).
+std::vector<bp_capability> device_rows(std::span<const bp_capability> rows, std::uint32_t dtypes,
+                                       std::uint64_t max_bytes);
+
 // A plugin's descriptor as one state hands it to its host: the shared
 // descriptor, pointing at rows the state narrowed to that host. Lives in
 // the state, so it stays valid until destroy, as plugin.h asks.

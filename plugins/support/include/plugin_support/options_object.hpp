@@ -34,6 +34,13 @@ class OptionsObject {
   // When `key` is there, its integer into `out`; false with *error when it
   // is no integer or lies outside min..max.
   bool read(const char *key, std::uint64_t min, std::uint64_t max, std::uint64_t &out, std::string *error) const;
+  // When `key` is there, its boolean into `out`; false with *error when it
+  // is of another JSON type.
+  bool read(const char *key, bool &out, std::string *error) const;
+  // When `key` is there, its array of strings into `out`; false with *error
+  // when it is no array, holds anything but strings, or more than
+  // `max_items` of them.
+  bool read(const char *key, std::size_t max_items, std::vector<std::string> &out, std::string *error) const;
 
  private:
   struct Entry {
@@ -43,6 +50,9 @@ class OptionsObject {
     std::string shown;       // the value as JSON text, for messages
     std::optional<std::string> text;       // a string value
     std::optional<std::uint64_t> integer;  // a non-negative integer value
+    std::optional<bool> boolean;
+    std::optional<std::vector<std::string>> strings;  // an array of strings only
+    std::size_t items = 0;                            // an array's length
   };
   const Entry *find(const char *key) const;
   std::vector<Entry> entries_;

@@ -1,0 +1,541 @@
+// Communicators, the nine collectives and their requests, in the vulkan
+// plugin.
+//
+// Every rank of a comm is a logical device on one physical device, so all
+// of a comm's data moves device to device inside one VkDevice. A
+// collective is recorded into one command buffer and submitted once (about
+// 60 us per submit-and-wait on lavapipe, against ~7 us per recorded
+// command): data movement (broadcast, gather, scatter, all_gather,
+// all_to_all) is vkCmdCopyBuffer, reductions are dispatches of
+// shaders/reduce.comp, which reads every input once and writes every output
+// once for any number of ranks, its buffers reached by device address
+// through a table in host-visible memory. Each submission waits for the
+// device's previous one and signals the next value of its timeline
+// semaphore (memory.cpp, submit): requests of one comm, and of every comm
+// on the device, complete in start order, and each sees what the ones
+// before it wrote.
+//
+// A blocking call (BP_COLLECTIVE_CALLER_WAITS, or a 1.0/1.1 host) waits on
+// the timeline once and returns no request. An _async call returns as soon
+// as the work is submitted, with a request holding its timeline value:
+// request_test reads the counter, request_wait waits on it with the
+// timeout. The command buffer and address table of a call in flight stay
+// its own ("slots", one per request in flight, created on demand and then
+// reused), so several requests may be in flight on one comm.
+//
+// Cost, with n ranks and B bytes per block (read + written):
+//   all_reduce      one dispatch: n*B read, n*B written
+//   reduce          one dispatch: n*B read, B written
+//   reduce_scatter  n dispatches, one per block: n*n*B read, n*B written
+//   broadcast, gather, scatter   n copies of B
+//   all_gather, all_to_all       n*n copies of B; a rank in place in
+//                                all_to_all first copies its n blocks to
+//                                scratch (n*B more each way)
+// A dispatch covers at most 2^30 elements (more go in several), with at
+// most min(65535, maxComputeWorkGroupCount[0]) work groups of 256, each
+// invocation striding over the elements: nothing is truncated.
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <memory>
+
+#include "capabilities.hpp"
+#include "plugin_state.hpp"
+
+namespace backplane::vulkan {
+namespace {
+
+constexpr std::uint32_t kWorkGroupSize = 256;  // local_size_x of reduce.comp
+constexpr std::size_t kMaxDispatchElements = std::size_t{1} << 30;
+constexpr std::uint32_t kMaxWorkGroups = 65535;
+
+const std::size_t kDtypeSizes[BP_DTYPE_COUNT] = {2, 2, 4, 8, 1, 1, 4, 4, 8, 8};
+const char *const kCollectiveNames[BP_COLLECTIVE_COUNT] = {
+    "all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "gather", "scatter", "all_to_all", "barrier"};
+
+}  // namespace
+
+// What one call in flight owns: its command buffer and the address table
+// its dispatches read.
+struct Slot {
+  VkCommandBuffer commands = VK_NULL_HANDLE;
+  MemoryBlock table;  // host-visible, mapped; VkDeviceAddress entries
+  bool busy = false;  // a call or request holds it
+};
+
+// One dispatch of a reduction: `count` elements, its addresses at
+// `first_entry` of the table (inputs, then outputs).
+struct Dispatch {
+  std::size_t first_entry = 0;
+  std::uint32_t count = 0, inputs = 0, outputs = 0;
+};
+
+}  // namespace backplane::vulkan
+
+struct bp_plugin_comm {
+  bp_plugin_state *state = nullptr;
+  backplane::vulkan::Gpu *gpu = nullptr;
+  std::vector<const backplane::vulkan::Device *> ranks;
+  std::string route;  // comm_info's line
+  VkCommandPool pool = VK_NULL_HANDLE;
+  // Slots are taken by collective_start and given back by request_release,
+  // which may run on another thread.
+  std::mutex slots_mutex;
+  std::vector<std::unique_ptr<backplane::vulkan::Slot>> slots;
+  // In-place all_to_all's copy of the sends; grown (never shrunk) once the
+  // comm's earlier work is done.
+  backplane::vulkan::MemoryBlock scratch;
+  std::uint64_t last_value = 0;  // the timeline value of the comm's latest submission
+  // Per call, kept for their capacity: the table's entries and dispatches.
+  std::vector<VkDeviceAddress> entries;
+  std::vector<backplane::vulkan::Dispatch> dispatches;
+  std::vector<VkDeviceAddress> inputs, outputs;
+
+  ~bp_plugin_comm();
+};
+
+struct bp_plugin_request {
+  bp_plugin_comm *comm = nullptr;
+  backplane::vulkan::Slot *slot = nullptr;
+  std::uint64_t value = 0;  // complete once the device's timeline reaches it
+  const char *collective = "";
+  std::atomic<bool> complete{false};
+};
+
+bp_plugin_comm::~bp_plugin_comm() {
+  backplane::vulkan::Gpu &device = *gpu;
+  // The host destroys a comm only once its requests were released; what a
+  // failed call left submitted still ends before its memory goes.
+  if (last_value != 0) (void)backplane::vulkan::wait_for(device, last_value, -1);
+  for (const auto &slot : slots) backplane::vulkan::destroy_block(device, slot->table);
+  backplane::vulkan::destroy_block(device, scratch);
+  // Frees the slots' command buffers with it.
+  if (pool != VK_NULL_HANDLE) device.vk.vkDestroyCommandPool(device.device, pool, nullptr);
+}
+
+namespace backplane::vulkan {
+namespace {
+
+// The reduction pipeline of (dtype, op) on `gpu`, created at first use.
+std::int32_t reduce_pipeline(const bp_host_services *services, bp_error_sink *sink, Gpu &gpu, std::uint32_t dtype,
+                             std::uint32_t op, VkPipeline *out) {
+  std::lock_guard<std::mutex> lock(gpu.pipeline_mutex);
+  const std::size_t variant = shader_variant(dtype, op);
+  if (gpu.pipelines[variant] != VK_NULL_HANDLE) {
+    *out = gpu.pipelines[variant];
+    return BP_OK;
+  }
+  const EmbeddedShader &shader = kReduceShaders[variant];
+  if (shader.words == nullptr) {
+    return fail(services, sink, BP_INTERNAL, "vulkan: no shader for element type %u and op %u (a plugin bug)",
+                static_cast<unsigned>(dtype), static_cast<unsigned>(op));
+  }
+  VkShaderModuleCreateInfo module_info{};
+  module_info.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO;
+  module_info.codeSize = shader.word_count * sizeof(std::uint32_t);
+  module_info.pCode = shader.words;
+  VkShaderModule module = VK_NULL_HANDLE;
+  VkResult result = gpu.vk.vkCreateShaderModule(gpu.device, &module_info, nullptr, &module);
+  if (result != VK_SUCCESS) return fail_vk(services, sink, gpu, result, "vkCreateShaderModule", "reduce.comp");
+  VkComputePipelineCreateInfo pipeline_info{};
+  pipeline_info.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO;
+  pipeline_info.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
+  pipeline_info.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+  pipeline_info.stage.module = module;
+  pipeline_info.stage.pName = "main";
+  pipeline_info.layout = gpu.pipeline_layout;
+  VkPipeline pipeline = VK_NULL_HANDLE;
+  result = gpu.vk.vkCreateComputePipelines(gpu.device, gpu.pipeline_cache, 1, &pipeline_info, nullptr, &pipeline);
+  gpu.vk.vkDestroyShaderModule(gpu.device, module, nullptr);
+  if (result != VK_SUCCESS) return fail_vk(services, sink, gpu, result, "vkCreateComputePipelines", "reduce.comp");
+  gpu.pipelines[variant] = pipeline;
+  *out = pipeline;
+  return BP_OK;
+}
+
+// One collective call: its arguments, sizes, and what it records.
+struct Call {
+  bp_plugin_state &state;
+  bp_error_sink *sink;
+  bp_plugin_comm &comm;
+  Gpu &gpu;
+  const bp_collective_args &args;
+  std::size_t n;        // ranks
+  std::size_t element;  // bytes of one element
+  std::size_t block;    // bytes of `count` elements
+  VkCommandBuffer commands;
+  bool recorded = false;  // a command went into `commands`
+
+  bool in_place(std::size_t r) const { return args.send[r] != nullptr && args.send[r] == args.recv[r]; }
+  VkBuffer send(std::size_t r) const { return args.send[r]->block.buffer; }
+  VkBuffer recv(std::size_t r) const { return args.recv[r]->block.buffer; }
+
+  void copy(VkBuffer from, std::size_t from_offset, VkBuffer to, std::size_t to_offset) {
+    if (block == 0) return;
+    const VkBufferCopy region{from_offset, to_offset, block};
+    gpu.vk.vkCmdCopyBuffer(commands, from, to, 1, &region);
+    recorded = true;
+  }
+
+  // Dispatches for outputs[k] = op over inputs[0..n) (addresses of element
+  // 0), `count` elements: one per kMaxDispatchElements.
+  void reduce_into(std::size_t output_count) {
+    for (std::size_t first = 0; first < args.count; first += kMaxDispatchElements) {
+      const std::size_t count = std::min(kMaxDispatchElements, args.count - first);
+      const VkDeviceAddress skip = first * element;
+      Dispatch dispatch{comm.entries.size(), static_cast<std::uint32_t>(count), static_cast<std::uint32_t>(n),
+                        static_cast<std::uint32_t>(output_count)};
+      for (std::size_t j = 0; j < n; ++j) comm.entries.push_back(comm.inputs[j] + skip);
+      for (std::size_t k = 0; k < output_count; ++k) comm.entries.push_back(comm.outputs[k] + skip);
+      comm.dispatches.push_back(dispatch);
+    }
+  }
+
+  // The dispatches reduce_into() collected, into `commands`, their table
+  // into the slot's (grown to fit: the slot is not in flight).
+  std::int32_t record_dispatches(Slot &slot) {
+    if (comm.dispatches.empty()) return BP_OK;
+    const std::size_t table_bytes = comm.entries.size() * sizeof(VkDeviceAddress);
+    if (slot.table.bytes < table_bytes) {
+      destroy_block(gpu, slot.table);
+      BP_VULKAN_CHECK(create_block(state.services, sink, gpu, std::max<std::size_t>(table_bytes, 1024),
+                                   VK_BUFFER_USAGE_STORAGE_BUFFER_BIT,
+                                   VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT, true,
+                                   slot.table));
+    }
+    std::memcpy(slot.table.mapped, comm.entries.data(), table_bytes);
+    VkPipeline pipeline = VK_NULL_HANDLE;
+    BP_VULKAN_CHECK(reduce_pipeline(state.services, sink, gpu, args.dtype, args.reduce_op, &pipeline));
+    gpu.vk.vkCmdBindPipeline(commands, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline);
+    const std::uint32_t group_limit = std::min(kMaxWorkGroups, gpu.limits.maxComputeWorkGroupCount[0]);
+    for (const Dispatch &dispatch : comm.dispatches) {
+      const ReduceArguments arguments{slot.table.address + dispatch.first_entry * sizeof(VkDeviceAddress),
+                                      dispatch.count, dispatch.inputs, dispatch.outputs,
+                                      static_cast<std::uint32_t>(n)};
+      gpu.vk.vkCmdPushConstants(commands, gpu.pipeline_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof arguments,
+                                &arguments);
+      const std::uint32_t groups = static_cast<std::uint32_t>(
+          std::min<std::size_t>((dispatch.count + kWorkGroupSize - 1) / kWorkGroupSize, group_limit));
+      gpu.vk.vkCmdDispatch(commands, groups, 1, 1);
+    }
+    recorded = true;
+    return BP_OK;
+  }
+};
+
+// ---- the collectives ------------------------------------------------------------
+
+void all_reduce(Call &c) {
+  for (std::size_t r = 0; r < c.n; ++r) {
+    c.comm.inputs[r] = c.args.send[r]->block.address;
+    c.comm.outputs[r] = c.args.recv[r]->block.address;
+  }
+  c.reduce_into(c.n);
+}
+
+void reduce(Call &c) {
+  for (std::size_t r = 0; r < c.n; ++r) c.comm.inputs[r] = c.args.send[r]->block.address;
+  c.comm.outputs[0] = c.args.recv[c.args.root]->block.address;
+  c.reduce_into(1);
+}
+
+// Rank r's result is block r of every send; in place it goes to block r of
+// send[r], which no other rank's reduction reads.
+void reduce_scatter(Call &c) {
+  for (std::size_t r = 0; r < c.n; ++r) {
+    for (std::size_t j = 0; j < c.n; ++j) c.comm.inputs[j] = c.args.send[j]->block.address + r * c.block;
+    c.comm.outputs[0] = c.args.recv[r]->block.address + (c.in_place(r) ? r * c.block : 0);
+    c.reduce_into(1);
+  }
+}
+
+void broadcast(Call &c) {
+  const std::size_t root = c.args.root;
+  for (std::size_t r = 0; r < c.n; ++r) {
+    if (r != root || !c.in_place(root)) c.copy(c.send(root), 0, c.recv(r), 0);
+  }
+}
+
+// Rank r's contribution (block r of its recv, in place) to block r of
+// every recv; no copy writes what another reads.
+void all_gather(Call &c) {
+  for (std::size_t r = 0; r < c.n; ++r) {
+    const VkBuffer from = c.in_place(r) ? c.recv(r) : c.send(r);
+    const std::size_t from_offset = c.in_place(r) ? r * c.block : 0;
+    for (std::size_t j = 0; j < c.n; ++j) {
+      if (j != r || !c.in_place(r)) c.copy(from, from_offset, c.recv(j), r * c.block);
+    }
+  }
+}
+
+void gather(Call &c) {
+  const std::size_t root = c.args.root;
+  for (std::size_t r = 0; r < c.n; ++r) {
+    if (r != root || !c.in_place(root)) c.copy(c.send(r), 0, c.recv(root), r * c.block);
+  }
+}
+
+void scatter(Call &c) {
+  const std::size_t root = c.args.root;
+  for (std::size_t r = 0; r < c.n; ++r) {
+    if (r != root || !c.in_place(root)) c.copy(c.send(root), r * c.block, c.recv(r), 0);
+  }
+}
+
+// Block j of send[r] to block r of recv[j]. A rank in place would have its
+// blocks overwritten before they are sent: its sends are first copied to
+// scratch, and a barrier orders those copies before the rest.
+std::int32_t all_to_all(Call &c) {
+  const std::size_t all_blocks = c.block * c.n;
+  std::size_t in_place_ranks = 0;
+  for (std::size_t r = 0; r < c.n; ++r) in_place_ranks += c.in_place(r) ? 1 : 0;
+  if (in_place_ranks != 0 && all_blocks != 0) {
+    const std::size_t needed = in_place_ranks * all_blocks;
+    if (c.comm.scratch.bytes < needed) {
+      // Requests in flight may still read the old scratch: they end first
+      // (growing is rare).
+      if (c.comm.last_value != 0) {
+        const VkResult waited = wait_for(c.gpu, c.comm.last_value, -1);
+        if (waited != VK_SUCCESS) return fail_vk(c.state.services, c.sink, c.gpu, waited, "vkWaitSemaphores", "scratch");
+      }
+      destroy_block(c.gpu, c.comm.scratch);
+      BP_VULKAN_CHECK(create_block(c.state.services, c.sink, c.gpu, needed,
+                                   VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                                   VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, false, c.comm.scratch));
+    }
+    std::size_t slot = 0;
+    for (std::size_t r = 0; r < c.n; ++r) {
+      if (!c.in_place(r)) continue;
+      const VkBufferCopy region{0, slot++ * all_blocks, all_blocks};
+      c.gpu.vk.vkCmdCopyBuffer(c.commands, c.send(r), c.comm.scratch.buffer, 1, &region);
+    }
+    VkMemoryBarrier barrier{};
+    barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+    barrier.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+    barrier.dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    c.gpu.vk.vkCmdPipelineBarrier(c.commands, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1,
+                                  &barrier, 0, nullptr, 0, nullptr);
+    c.recorded = true;
+  }
+  std::size_t slot = 0;
+  for (std::size_t r = 0; r < c.n; ++r) {
+    VkBuffer from = c.in_place(r) ? c.comm.scratch.buffer : c.send(r);
+    const std::size_t base = c.in_place(r) ? slot++ * all_blocks : 0;
+    for (std::size_t j = 0; j < c.n; ++j) {
+      if (j == r && c.in_place(r)) continue;  // its own block stays where it is
+      c.copy(from, base + j * c.block, c.recv(j), r * c.block);
+    }
+  }
+  return BP_OK;
+}
+
+// Records the collective into c.commands (nothing for a barrier, count 0,
+// or a rank alone in place).
+std::int32_t record(Call &c, Slot &slot) {
+  c.comm.entries.clear();
+  c.comm.dispatches.clear();
+  if (c.args.collective == BP_BARRIER || c.args.count == 0) return BP_OK;
+  switch (c.args.collective) {
+    case BP_ALL_REDUCE: all_reduce(c); break;
+    case BP_REDUCE: reduce(c); break;
+    case BP_REDUCE_SCATTER: reduce_scatter(c); break;
+    case BP_BROADCAST: broadcast(c); break;
+    case BP_ALL_GATHER: all_gather(c); break;
+    case BP_GATHER: gather(c); break;
+    case BP_SCATTER: scatter(c); break;
+    case BP_ALL_TO_ALL: BP_VULKAN_CHECK(all_to_all(c)); break;
+    default:
+      return fail(c.state.services, c.sink, BP_INVALID_ARGUMENT, "vulkan collective_start: unknown collective %u",
+                  static_cast<unsigned>(c.args.collective));
+  }
+  return c.record_dispatches(slot);
+}
+
+// A free slot of the comm, marked busy; a new one when every slot is held.
+std::int32_t take_slot(bp_plugin_state &state, bp_plugin_comm &comm, bp_error_sink *sink, Slot **out) {
+  std::lock_guard<std::mutex> lock(comm.slots_mutex);
+  for (const auto &slot : comm.slots) {
+    if (!slot->busy) {
+      slot->busy = true;
+      *out = slot.get();
+      return BP_OK;
+    }
+  }
+  auto slot = std::make_unique<Slot>();
+  VkCommandBufferAllocateInfo allocate_info{};
+  allocate_info.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;
+  allocate_info.commandPool = comm.pool;
+  allocate_info.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+  allocate_info.commandBufferCount = 1;
+  const VkResult result = comm.gpu->vk.vkAllocateCommandBuffers(comm.gpu->device, &allocate_info, &slot->commands);
+  if (result != VK_SUCCESS) {
+    return fail_vk(state.services, sink, *comm.gpu, result, "vkAllocateCommandBuffers", "collective");
+  }
+  slot->busy = true;
+  *out = slot.get();
+  comm.slots.push_back(std::move(slot));
+  return BP_OK;
+}
+
+void give_back(bp_plugin_comm &comm, Slot &slot) {
+  std::lock_guard<std::mutex> lock(comm.slots_mutex);
+  slot.busy = false;
+}
+
+std::string describe_route(const bp_plugin_comm &comm) {
+  return "one VkDevice ('" + comm.gpu->name + "', " + std::to_string(comm.ranks.size()) +
+         " ranks): device to device, vkCmdCopyBuffer and compute shaders, one submission per collective";
+}
+
+}  // namespace
+
+std::int32_t Backend::comm_create(bp_plugin_state &state, std::span<const std::uint32_t> devices,
+                                  bp_plugin_comm **out, bp_error_sink *sink) {
+  auto comm = std::make_unique<bp_plugin_comm>();
+  comm->state = &state;
+  {
+    // The devices stay as they are while the comm is counted.
+    std::lock_guard<std::mutex> lock(state.mutex);
+    for (std::uint32_t device : devices) comm->ranks.push_back(state.devices[device].get());
+  }
+  Gpu &gpu = *comm->ranks[0]->gpu;
+  comm->gpu = &gpu;
+  for (std::size_t r = 1; r < comm->ranks.size(); ++r) {
+    if (comm->ranks[r]->gpu != &gpu) {
+      return fail(state.services, sink, BP_UNSUPPORTED_DEVICE,
+                  "vulkan comm_create: rank %zu ('%s') is on another physical device than rank 0 ('%s'); groups "
+                  "across Vulkan devices (through host memory) are not implemented yet",
+                  r, comm->ranks[r]->name.c_str(), comm->ranks[0]->name.c_str());
+    }
+  }
+  BP_VULKAN_CHECK(check_not_lost(state.services, sink, gpu));
+  VkCommandPoolCreateInfo pool_info{};
+  pool_info.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO;
+  pool_info.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+  pool_info.queueFamilyIndex = gpu.queue_family;
+  const VkResult result = gpu.vk.vkCreateCommandPool(gpu.device, &pool_info, nullptr, &comm->pool);
+  if (result != VK_SUCCESS) {
+    comm->pool = VK_NULL_HANDLE;
+    return fail_vk(state.services, sink, gpu, result, "vkCreateCommandPool", "comm");
+  }
+  const std::size_t n = comm->ranks.size();
+  comm->inputs.assign(n, 0);
+  comm->outputs.assign(n, 0);
+  comm->entries.reserve(2 * n);
+  comm->route = describe_route(*comm);
+  log(state.services, BP_LOG_DEBUG, "comm of %zu ranks: %s", n, comm->route.c_str());
+  *out = comm.release();
+  return BP_OK;
+}
+
+void Backend::comm_destroy(bp_plugin_state &, bp_plugin_comm *comm) { delete comm; }
+
+std::int32_t Backend::comm_info(bp_plugin_state &, bp_plugin_comm &comm, bp_plugin_comm_info &info, bp_error_sink *) {
+  if (info.struct_size >= BP_STRUCT_SIZE(bp_plugin_comm_info, route)) info.route = comm.route.c_str();
+  return BP_OK;
+}
+
+// The host has checked the arguments (plugin.h, bp_collective_args): enums
+// in range and declared for every rank's device (so every shader a call
+// picks exists), roots, buffers present, on the rank's device and large
+// enough. Nothing is checked again.
+std::int32_t Backend::collective_start(bp_plugin_state &state, bp_plugin_comm &comm, const bp_collective_args &args,
+                                       bp_plugin_request **out, bp_error_sink *sink) {
+  Gpu &gpu = *comm.gpu;
+  BP_VULKAN_CHECK(check_not_lost(state.services, sink, gpu));
+  // A 1.0/1.1 host sends no flags and always waits at once (plugin.h).
+  const bool caller_waits =
+      args.struct_size < BP_COLLECTIVE_ARGS_SIZE_V1_2 || (args.flags & BP_COLLECTIVE_CALLER_WAITS) != 0;
+  const char *name = kCollectiveNames[args.collective];
+  // Before anything is submitted, so that running out of memory fails the
+  // call before it started.
+  std::unique_ptr<bp_plugin_request> request;
+  if (!caller_waits) request = std::make_unique<bp_plugin_request>();
+
+  Slot *slot = nullptr;
+  BP_VULKAN_CHECK(take_slot(state, comm, sink, &slot));
+  const std::size_t element = args.collective == BP_BARRIER ? 1 : kDtypeSizes[args.dtype];
+  Call c{state, sink, comm, gpu, args, comm.ranks.size(), element, args.count * element, slot->commands};
+  VkCommandBufferBeginInfo begin{};
+  begin.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
+  begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  VkResult result = gpu.vk.vkBeginCommandBuffer(slot->commands, &begin);
+  std::int32_t status = result == VK_SUCCESS ? record(c, *slot)
+                                             : fail_vk(state.services, sink, gpu, result, "vkBeginCommandBuffer", name);
+  if (status == BP_OK && c.recorded) host_read_barrier(gpu, slot->commands);
+  result = gpu.vk.vkEndCommandBuffer(slot->commands);
+  if (status == BP_OK && result != VK_SUCCESS) {
+    status = fail_vk(state.services, sink, gpu, result, "vkEndCommandBuffer", name);
+  }
+  // Nothing recorded (barrier, count 0): an empty submission, complete
+  // once everything submitted before it is.
+  std::uint64_t value = 0;
+  if (status == BP_OK) status = submit(state.services, sink, gpu, c.recorded ? slot->commands : VK_NULL_HANDLE, name, &value);
+  if (status != BP_OK) {
+    give_back(comm, *slot);
+    return status;
+  }
+  comm.last_value = value;
+  if (caller_waits) {
+    result = wait_for(gpu, value, -1);
+    give_back(comm, *slot);
+    if (result != VK_SUCCESS) return fail_vk(state.services, sink, gpu, result, "vkWaitSemaphores", name);
+    return BP_OK;
+  }
+  request->comm = &comm;
+  request->slot = slot;
+  request->value = value;
+  request->collective = name;
+  *out = request.release();
+  return BP_OK;
+}
+
+std::int32_t Backend::request_test(bp_plugin_state &state, bp_plugin_request &request, bool &done,
+                                   bp_error_sink *sink) {
+  if (request.complete.load(std::memory_order_acquire)) {
+    done = true;
+    return BP_OK;
+  }
+  Gpu &gpu = *request.comm->gpu;
+  std::uint64_t reached = 0;
+  const VkResult result = gpu.vk.vkGetSemaphoreCounterValue(gpu.device, gpu.timeline, &reached);
+  if (result != VK_SUCCESS) {
+    return fail_vk(state.services, sink, gpu, result, "vkGetSemaphoreCounterValue", request.collective);
+  }
+  if (reached < request.value) {
+    done = false;
+    return BP_OK;
+  }
+  request.complete.store(true, std::memory_order_release);
+  done = true;
+  return BP_OK;
+}
+
+std::int32_t Backend::request_wait(bp_plugin_state &state, bp_plugin_request &request, std::int64_t timeout_ns,
+                                   bp_error_sink *sink) {
+  if (request.complete.load(std::memory_order_acquire)) return BP_OK;
+  Gpu &gpu = *request.comm->gpu;
+  const VkResult result = wait_for(gpu, request.value, timeout_ns);
+  if (result == VK_TIMEOUT) {
+    return fail(state.services, sink, BP_TIMEOUT,
+                "vulkan %s on '%s': not complete after %lld ns (vkWaitSemaphores: VK_TIMEOUT); still in flight",
+                request.collective, gpu.name.c_str(), static_cast<long long>(timeout_ns));
+  }
+  if (result != VK_SUCCESS) return fail_vk(state.services, sink, gpu, result, "vkWaitSemaphores", request.collective);
+  request.complete.store(true, std::memory_order_release);
+  return BP_OK;
+}
+
+void Backend::request_release(bp_plugin_state &state, bp_plugin_request *request) {
+  // An older host may release a request in flight; nothing may touch the
+  // group's buffers (or the slot) once this returns, so it is waited for.
+  if (!request->complete.load(std::memory_order_acquire)) {
+    log(state.services, BP_LOG_DEBUG, "request_release: %s is still in flight; waiting for it first",
+        request->collective);
+    (void)wait_for(*request->comm->gpu, request->value, -1);
+  }
+  give_back(*request->comm, *request->slot);
+  delete request;
+}
+
+}  // namespace backplane::vulkan

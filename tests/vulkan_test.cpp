@@ -1,0 +1,467 @@
+// The vulkan plugin on the machine's Vulkan devices (Mesa's lavapipe here,
+// with the Khronos validation layer): discovery and properties, logical
+// devices (ranks_per_device), capabilities from features (disable_features),
+// buffers on both transfer paths and the allocation limit, the conformance
+// suite under the validation layer, a collective larger than
+// maxStorageBufferRange, collectives in flight, and no driver at all.
+// Without a Vulkan device the tests skip, unless BACKPLANE_REQUIRE_VULKAN=1
+// (CI) makes that a failure.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "backplane/plugin.h"
+#include "conformance.hpp"
+#include "test_support.hpp"
+
+namespace backplane::testing {
+namespace {
+
+bool vulkan_required() {
+  const char *value = std::getenv("BACKPLANE_REQUIRE_VULKAN");
+  return value != nullptr && std::string(value) == "1";
+}
+
+std::vector<Device> vulkan_devices(const Host &host) {
+  std::vector<Device> devices;
+  for (const Device &device : host.devices()) {
+    Result<DeviceInfo> info = device.info();
+    if (info && info->kind == "vulkan") devices.push_back(device);
+  }
+  return devices;
+}
+
+const PluginInfo *find_plugin(const std::vector<PluginInfo> &plugins, const std::string &name) {
+  for (const PluginInfo &plugin : plugins)
+    if (plugin.name == name) return &plugin;
+  return nullptr;
+}
+
+std::string kind_status(const Host &host) {
+  const std::vector<PluginInfo> plugins = host.plugins();
+  const PluginInfo *plugin = find_plugin(plugins, "vulkan");
+  if (plugin == nullptr) return "the vulkan plugin is not loaded";
+  return plugin->kind_status.empty() ? "" : plugin->kind_status[0];
+}
+
+std::string property(const DeviceInfo &info, const std::string &key) {
+  for (const auto &[name, value] : info.properties)
+    if (name == key) return value;
+  return "<missing>";
+}
+
+// The vulkan devices of `host`; skips the test (fails it under
+// BACKPLANE_REQUIRE_VULKAN=1) when there are fewer than `needed`.
+#define REQUIRE_VULKAN_DEVICES(host, needed, devices)                                                      \
+  std::vector<Device> devices = vulkan_devices(host);                                                      \
+  if (devices.size() < (needed)) {                                                                         \
+    const std::string why = "needs " + std::to_string(needed) + " Vulkan devices, found " +                \
+                            std::to_string(devices.size()) + " (" + kind_status(host) + ")";               \
+    if (vulkan_required()) FAIL() << why << "; BACKPLANE_REQUIRE_VULKAN=1";                               \
+    GTEST_SKIP() << why;                                                                                   \
+  }
+
+// Two ranks on the first physical device, with the validation layer on.
+constexpr const char *kTwoRanks = R"({"vulkan": {"ranks_per_device": 2, "validation": true}})";
+
+// Fails the test for every line the validation layer logged.
+void expect_no_validation_messages(const CapturedLog &log) {
+  const std::vector<LogLine> messages = log.mentioning("validation:");
+  EXPECT_TRUE(messages.empty()) << messages.size() << " validation messages:\n" << log.all();
+}
+
+// ---- discovery and properties ---------------------------------------------
+
+TEST(VulkanDiscovery, EveryDeviceHasItsProperties) {
+  Host host = make_builtin_host();
+  REQUIRE_VULKAN_DEVICES(host, 1, devices);
+  for (const Device &device : devices) {
+    Result<DeviceInfo> info = device.info();
+    ASSERT_TRUE(info);
+    SCOPED_TRACE(info->name);
+    for (const char *key :
+         {"device", "vendor_id", "device_id", "device_type", "driver_name", "driver_info", "api_version",
+          "driver_version", "uuid", "device_local_heap_bytes", "host_visible_heap_bytes", "subgroup_size",
+          "max_storage_buffer_range", "max_compute_work_group_count", "max_memory_allocation_size", "transfers",
+          "features"}) {
+      EXPECT_NE(property(*info, key), "<missing>") << key;
+    }
+    EXPECT_EQ(property(*info, "uuid").size(), 36u) << property(*info, "uuid");
+    EXPECT_GT(std::stoull(property(*info, "max_memory_allocation_size")), 0u);
+    EXPECT_GT(info->memory_bytes, 0u);
+  }
+  // The CLI shows them.
+  const CommandResult listed = run_cli({"devices", "--json"});
+  ASSERT_EQ(listed.exit_code, 0) << listed.out;
+  const nlohmann::json json = parse_output(listed);
+  bool found = false;
+  for (const nlohmann::json &device : json) {
+    if (device.value("name", "") != "vulkan:0") continue;
+    found = true;
+    EXPECT_TRUE(device["properties"].contains("max_storage_buffer_range")) << device.dump();
+  }
+  EXPECT_TRUE(found) << listed.out;
+}
+
+TEST(VulkanDiscovery, RanksPerDeviceMakesLogicalDevices) {
+  Host one = make_builtin_host();
+  REQUIRE_VULKAN_DEVICES(one, 1, physical);
+  Host host = make_builtin_host(R"({"vulkan": {"ranks_per_device": 4}})");
+  const std::vector<Device> devices = vulkan_devices(host);
+  ASSERT_EQ(devices.size(), 4 * physical.size());
+  for (size_t r = 0; r < 4; ++r) {
+    Result<DeviceInfo> info = devices[r].info();
+    ASSERT_TRUE(info);
+    EXPECT_EQ(info->name, "vulkan:" + std::to_string(r));
+    EXPECT_EQ(property(*info, "rank_on_device"), std::to_string(r));
+    EXPECT_EQ(property(*info, "physical_device"), "0");
+  }
+  // Each logical device has memory of its own.
+  Buffer first = Buffer::create(devices[0], 16).value();
+  Buffer second = Buffer::create(devices[1], 16).value();
+  const int32_t values[4] = {1, 2, 3, 4};
+  ASSERT_TRUE(first.write(0, values, sizeof values));
+  int32_t other[4] = {9, 9, 9, 9};
+  ASSERT_TRUE(second.read(0, other, sizeof other));
+  EXPECT_EQ(other[0], 0);
+  Result<Group> group = host.create_group(std::span<const Device>(devices.data(), 4));
+  ASSERT_TRUE(group) << group.error().json();
+  EXPECT_NE(group->route().find("one VkDevice"), std::string::npos) << group->route();
+}
+
+TEST(VulkanOptions, BadValuesAreAConfigErrorNamingWhatIsKnown) {
+  for (const char *options : {R"({"vulkan": {"ranks_per_device": 0}})", R"({"vulkan": {"ranks_per_device": 65}})",
+                              R"({"vulkan": {"ranks_per_device": "2"}})", R"({"vulkan": {"disable_features": ["nope"]}})",
+                              R"({"vulkan": {"disable_features": "shaderFloat64"}})",
+                              R"({"vulkan": {"transfers": "fast"}})", R"({"vulkan": {"validation": 1}})",
+                              R"({"vulkan": {"rank_per_device": 2}})"}) {
+    SCOPED_TRACE(options);
+    // The host comes up without the vulkan plugin and lists it as refused
+    // with the plugin's CONFIG error.
+    Host host = make_builtin_host(options);
+    EXPECT_EQ(find_plugin(host.plugins(), "vulkan"), nullptr);
+    bool refused = false;
+    for (const bp_error *refusal : host.refused()) {
+      if (std::string(bp_error_message(refusal)).find("vulkan options") == std::string::npos) continue;
+      refused = true;
+      EXPECT_EQ(bp_error_code(refusal), BP_CONFIG) << bp_error_message(refusal);
+    }
+    EXPECT_TRUE(refused) << "no refusal mentions the vulkan options";
+  }
+}
+
+// ---- capabilities from features ----------------------------------------------
+
+struct MaskedFeature {
+  const char *feature;
+  std::vector<bp_dtype> lost;
+};
+
+// lavapipe has every feature; each one masked takes exactly its element
+// types away: refused with UNSUPPORTED_DTYPE before anything runs, the cpu
+// kind among the alternatives, the device naming the missing feature, the
+// buffers untouched, every other element type still running.
+TEST(VulkanCapabilities, EachDisabledFeatureIsRefusedExactly) {
+  Host plain = make_builtin_host();
+  REQUIRE_VULKAN_DEVICES(plain, 1, physical);
+  const std::vector<MaskedFeature> masked = {
+      {"shaderFloat64", {BP_F64}},
+      {"shaderInt64", {BP_I64, BP_U64}},
+      {"shaderFloat16", {BP_F16}},
+      {"storageBuffer16BitAccess", {BP_F16, BP_BF16}},
+      {"shaderInt8", {BP_I8, BP_U8}},
+      {"storageBuffer8BitAccess", {BP_I8, BP_U8}},
+  };
+  for (const MaskedFeature &mask : masked) {
+    SCOPED_TRACE(mask.feature);
+    Host host = make_builtin_host(std::string(R"({"vulkan": {"ranks_per_device": 2, "disable_features": [")") +
+                                  mask.feature + "\"]}}");
+    const std::vector<Device> devices = vulkan_devices(host);
+    ASSERT_GE(devices.size(), 2u) << kind_status(host);
+    Result<DeviceInfo> info = devices[0].info();
+    ASSERT_TRUE(info);
+    EXPECT_NE(property(*info, "dtypes_missing").find(mask.feature), std::string::npos)
+        << property(*info, "dtypes_missing");
+    EXPECT_EQ(property(*info, "features").find(mask.feature), std::string::npos) << property(*info, "features");
+    Group group = host.create_group(std::span<const Device>(devices.data(), 2)).value();
+    std::vector<Buffer> buffers;
+    std::vector<bp_buffer *> raw;
+    const std::vector<uint8_t> pattern(64, 0x5A);
+    for (size_t r = 0; r < 2; ++r) {
+      buffers.push_back(Buffer::create(devices[r], pattern.size()).value());
+      ASSERT_TRUE(buffers.back().write(0, pattern.data(), pattern.size()));
+      raw.push_back(buffers.back().get());
+    }
+    for (bp_dtype dtype : mask.lost) {
+      SCOPED_TRACE(bp_dtype_name(dtype));
+      const Status check = group.check(BP_ALL_REDUCE, dtype, BP_SUM);
+      ASSERT_FALSE(check);
+      EXPECT_EQ(check.error().code(), BP_UNSUPPORTED_DTYPE) << check.error().json();
+      EXPECT_NE(check.error().field("alternatives").find("\"cpu\""), std::string::npos) << check.error().json();
+      const Status call = group.all_reduce(raw, raw, 8, dtype, BP_SUM);
+      ASSERT_FALSE(call);
+      EXPECT_EQ(call.error().code(), BP_UNSUPPORTED_DTYPE) << call.error().json();
+      const Status moved = group.broadcast(raw, raw, 8, dtype, 0);
+      ASSERT_FALSE(moved);
+      EXPECT_EQ(moved.error().code(), BP_UNSUPPORTED_DTYPE) << moved.error().json();
+      for (const Buffer &buffer : buffers) {
+        std::vector<uint8_t> back(pattern.size());
+        ASSERT_TRUE(buffer.read(0, back.data(), back.size()));
+        EXPECT_EQ(back, pattern) << "a refused call changed a buffer";
+      }
+    }
+    for (bp_dtype dtype : {BP_F32, BP_I32, BP_U32}) {
+      EXPECT_TRUE(group.check(BP_ALL_REDUCE, dtype, BP_SUM)) << bp_dtype_name(dtype);
+    }
+    EXPECT_TRUE(group.all_reduce(raw, raw, 16, BP_F32, BP_SUM));
+  }
+}
+
+// What the plugin cannot run without leaves the device out, and kind_info says why.
+TEST(VulkanCapabilities, ARequiredFeatureMaskedLeavesTheDeviceOut) {
+  Host plain = make_builtin_host();
+  REQUIRE_VULKAN_DEVICES(plain, 1, physical);
+  Host host = make_builtin_host(R"({"vulkan": {"disable_features": ["timelineSemaphore"]}})");
+  EXPECT_TRUE(vulkan_devices(host).empty());
+  EXPECT_NE(kind_status(host).find("disable_features masks timelineSemaphore"), std::string::npos)
+      << kind_status(host);
+  EXPECT_TRUE(host.find_device("cpu:0"));
+}
+
+// ---- buffers ------------------------------------------------------------------
+
+void expect_round_trip(const Device &device) {
+  std::vector<uint8_t> data(size_t{20} << 20 | 3);  // past one staging buffer, not whole words
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 7 + 3);
+  Buffer buffer = Buffer::create(device, data.size()).value();
+  std::vector<uint8_t> back(data.size(), 0xff);
+  ASSERT_TRUE(buffer.read(0, back.data(), back.size()));
+  EXPECT_TRUE(std::all_of(back.begin(), back.end(), [](uint8_t b) { return b == 0; })) << "starts as zeros";
+  ASSERT_TRUE(buffer.write(0, data.data(), data.size()));
+  ASSERT_TRUE(buffer.read(0, back.data(), back.size()));
+  EXPECT_TRUE(back == data);
+  const uint8_t patch[3] = {1, 2, 3};
+  ASSERT_TRUE(buffer.write(77, patch, 3));
+  uint8_t got[5] = {};
+  ASSERT_TRUE(buffer.read(76, got, 5));
+  EXPECT_EQ(got[0], data[76]);
+  EXPECT_EQ(got[1], 1);
+  EXPECT_EQ(got[3], 3);
+  EXPECT_EQ(got[4], data[80]);
+  Buffer empty = Buffer::create(device, 0).value();
+  EXPECT_TRUE(empty.write(0, nullptr, 0));
+  EXPECT_TRUE(empty.read(0, nullptr, 0));
+}
+
+TEST(VulkanBuffers, RoundTripMappedAndStaged) {
+  Host plain = make_builtin_host();
+  REQUIRE_VULKAN_DEVICES(plain, 1, physical);
+  for (const char *transfers : {"auto", "staged"}) {
+    SCOPED_TRACE(transfers);
+    CapturedLog log;
+    Host host = make_builtin_host(std::string(R"({"vulkan": {"validation": true, "transfers": ")") + transfers +
+                                  "\"}}");
+    const std::vector<Device> devices = vulkan_devices(host);
+    ASSERT_FALSE(devices.empty());
+    const DeviceInfo info = devices[0].info().value();
+    if (std::string(transfers) == "staged") {
+      EXPECT_EQ(property(info, "transfers"), "staged");
+    }
+    EXPECT_EQ(property(info, "validation"), "VK_LAYER_KHRONOS_validation");
+    expect_round_trip(devices[0]);
+    expect_no_validation_messages(log);
+  }
+}
+
+TEST(VulkanBuffers, AboveTheAllocationLimitIsOutOfMemoryAndTheHostGoesOn) {
+  Host host = make_builtin_host(kTwoRanks);
+  REQUIRE_VULKAN_DEVICES(host, 2, devices);
+  const std::string limit = property(devices[0].info().value(), "max_memory_allocation_size");
+  Result<Buffer> huge = Buffer::create(devices[0], std::stoull(limit) + 1);
+  ASSERT_FALSE(huge);
+  EXPECT_EQ(huge.error().code(), BP_OUT_OF_MEMORY) << huge.error().json();
+  EXPECT_NE(huge.error().message().find("maxMemoryAllocationSize = " + limit), std::string::npos)
+      << huge.error().message();
+  Group group = host.create_group(std::span<const Device>(devices.data(), 2)).value();
+  std::vector<Buffer> buffers = filled_buffers<int32_t>(devices, 3, [](size_t r) { return int32_t(r) + 1; });
+  ASSERT_TRUE(group.all_reduce(raw_handles(buffers), raw_handles(buffers), 3, BP_I32, BP_SUM));
+  EXPECT_EQ(mismatches(buffers[1], 0, 3, int32_t{3}), "");
+}
+
+// ---- collectives ----------------------------------------------------------------
+
+// Every declared case on groups of 1 to 4 ranks of one device, against the
+// reference, with the validation layer on: not one message.
+TEST(VulkanConformance, EveryDeclaredCaseRunsUnderTheValidationLayer) {
+  Host host = make_builtin_host();
+  REQUIRE_VULKAN_DEVICES(host, 1, devices);
+  for (const char *options : {R"({"vulkan": {"ranks_per_device": 4, "validation": true}})",
+                              R"({"vulkan": {"ranks_per_device": 3, "validation": true, "transfers": "staged"}})"}) {
+    SCOPED_TRACE(options);
+    CapturedLog log;
+    conformance::ConformanceOptions conformance_options;
+    conformance_options.plugin_options_json = options;
+    conformance_options.quick = std::string(options).find("staged") != std::string::npos;
+    const conformance::ConformanceReport report =
+        conformance::run_conformance(plugin_path("vulkan").string(), conformance_options);
+    ASSERT_TRUE(report.refused_code.empty()) << report.refused_code << ": " << report.refused_message;
+    std::string failures;
+    for (const conformance::ConformanceRow &row : report.rows)
+      for (const std::string &failure : row.failures)
+        failures += row.collective + " " + row.dtype + " " + row.op + " " + row.mode + ": " + failure + "\n";
+    EXPECT_EQ(report.failed, 0u) << failures;
+    EXPECT_GT(report.passed, 1000u);
+    ASSERT_EQ(report.kinds.size(), 1u);
+    EXPECT_GE(report.kinds[0].groups.back().size(), 3u) << "no multi-rank group ran";
+    // Only integer avg is not declared.
+    for (const conformance::ConformanceRow &row : report.rows) {
+      if (row.skipped == 0) continue;
+      EXPECT_EQ(row.op, "avg") << row.collective << " " << row.dtype << ": " << row.skip_reason;
+    }
+    expect_no_validation_messages(log);
+  }
+}
+
+// 300 MiB per rank: past lavapipe's maxStorageBufferRange (128 MiB), every
+// element checked.
+TEST(VulkanCollectives, AllReduceLargerThanTheStorageBufferRange) {
+  CapturedLog log;
+  Host host = make_builtin_host(kTwoRanks);
+  REQUIRE_VULKAN_DEVICES(host, 2, devices);
+  const size_t count = (size_t{300} << 20) / sizeof(float);
+  const std::vector<Device> ranks(devices.begin(), devices.begin() + 2);
+  std::vector<Buffer> buffers = filled_buffers<float>(ranks, count, [](size_t r) { return float(r + 1); });
+  Group group = host.create_group(ranks).value();
+  ASSERT_TRUE(group.all_reduce(raw_handles(buffers), raw_handles(buffers), count, BP_F32, BP_SUM));
+  for (size_t r = 0; r < 2; ++r) EXPECT_EQ(mismatches(buffers[r], 0, count, 3.0f), "") << "rank " << r;
+  expect_no_validation_messages(log);
+}
+
+// ---- asynchrony -------------------------------------------------------------------
+
+using Clock = std::chrono::steady_clock;
+
+// An _async all_reduce returns while the device works: right after the
+// start the event is not complete, and the start took a small part of the
+// collective's time. A larger buffer is tried should the first finish even so.
+TEST(VulkanAsync, AllReduceReturnsBeforeTheWorkIsDone) {
+  Host host = make_builtin_host(kTwoRanks);
+  REQUIRE_VULKAN_DEVICES(host, 2, devices);
+  const std::vector<Device> ranks(devices.begin(), devices.begin() + 2);
+  Group group = host.create_group(ranks).value();
+  bool seen_in_flight = false;
+  std::string last_start;
+  for (size_t mebibytes : {32, 128}) {
+    SCOPED_TRACE(std::to_string(mebibytes) + " MiB per buffer");
+    const size_t count = mebibytes << 18;
+    std::vector<Buffer> send = filled_buffers<float>(ranks, count, [](size_t r) { return float(r + 1); });
+    std::vector<Buffer> recv = filled_buffers<float>(ranks, count, [](size_t) { return 0.0f; });
+    // The pipeline is created at its first use, which is not the collective's time.
+    ASSERT_TRUE(group.all_reduce(raw_handles(send), raw_handles(recv), 1, BP_F32, BP_SUM));
+    const Clock::time_point before = Clock::now();
+    Result<Event> event = all_reduce_async(group, raw_handles(send), raw_handles(recv), count, BP_F32, BP_SUM);
+    const Clock::time_point started = Clock::now();
+    ASSERT_TRUE(event) << event.error().json();
+    const bool complete_at_start = event->test();
+    const Status waited = event->wait();
+    const Clock::time_point finished = Clock::now();
+    ASSERT_TRUE(waited) << waited.error().json();
+    for (size_t r = 0; r < 2; ++r) EXPECT_EQ(mismatches(recv[r], 0, count, 3.0f), "") << "rank " << r;
+    last_start = std::to_string(mebibytes) + " MiB: the start took " + std::to_string(milliseconds(started - before)) +
+                 " ms of the collective's " + std::to_string(milliseconds(finished - before)) + " ms" +
+                 (complete_at_start ? ", and the event was complete right after it" : "");
+    if (complete_at_start || started - before >= (finished - before) / 4) continue;
+    seen_in_flight = true;
+    break;
+  }
+  EXPECT_TRUE(seen_in_flight) << "no all_reduce was in flight right after a short start; last: " << last_start;
+}
+
+// A wait with a zero and a small limit while the work runs is TIMEOUT and
+// leaves the event valid; several calls in flight complete in start order,
+// each reading what the one before wrote (sum, prod, sum on {1, 2}: 3, 9,
+// 18), with an empty call and a barrier behind them.
+TEST(VulkanAsync, TimeoutLeavesTheEventValidAndCallsCompleteInStartOrder) {
+  CapturedLog log;
+  Host host = make_builtin_host(kTwoRanks);
+  REQUIRE_VULKAN_DEVICES(host, 2, devices);
+  const std::vector<Device> ranks(devices.begin(), devices.begin() + 2);
+  Group group = host.create_group(ranks).value();
+  const size_t count = size_t{16} << 20;  // 64 MiB of f32
+  std::vector<Buffer> buffers = filled_buffers<float>(ranks, count, [](size_t r) { return float(r + 1); });
+  const std::vector<bp_buffer *> raw = raw_handles(buffers);
+  ASSERT_TRUE(group.all_reduce(raw, raw, 0, BP_F32, BP_PROD));
+  std::vector<Event> events;
+  for (bp_reduce_op op : {BP_SUM, BP_PROD, BP_SUM}) {
+    Result<Event> event = all_reduce_async(group, raw, raw, count, BP_F32, op);
+    ASSERT_TRUE(event) << event.error().json();
+    events.push_back(std::move(event).value());
+  }
+  Result<Event> empty = all_reduce_async(group, raw, raw, 0, BP_F32, BP_SUM);
+  ASSERT_TRUE(empty) << empty.error().json();
+  events.push_back(std::move(empty).value());
+  bp_event *barrier = nullptr;
+  bp_error *barrier_error = bp_barrier_async(group.get(), &barrier);
+  ASSERT_EQ(barrier_error, nullptr) << bp_error_message(barrier_error);
+  events.emplace_back(barrier);
+
+  const Status zero = events.back().wait(0);
+  ASSERT_FALSE(zero) << "three 64 MiB all_reduces finished before a zero wait";
+  EXPECT_EQ(zero.error().code(), BP_TIMEOUT) << zero.error().json();
+  EXPECT_NE(zero.error().message().find("VK_TIMEOUT"), std::string::npos) << zero.error().message();
+  const Status small = events.back().wait(1000);
+  if (!small) {
+    EXPECT_EQ(small.error().code(), BP_TIMEOUT) << small.error().json();
+  }
+
+  // Never complete before an earlier one.
+  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(120);
+  while (Clock::now() < deadline) {
+    // Tested last first: once a call is seen complete, every earlier one must be.
+    std::vector<bool> done(events.size());
+    for (size_t k = events.size(); k-- > 0;) done[k] = events[k].test();
+    for (size_t k = 1; k < done.size(); ++k) {
+      EXPECT_FALSE(done[k] && !done[k - 1]) << "call " << k << " complete before call " << k - 1;
+    }
+    if (done.back()) break;
+  }
+  for (Event &event : events) ASSERT_TRUE(event.wait());
+  for (size_t r = 0; r < 2; ++r) EXPECT_EQ(mismatches(buffers[r], 0, count, 18.0f), "") << "rank " << r;
+  expect_no_validation_messages(log);
+}
+
+// ---- no driver, no loader ------------------------------------------------------------
+
+// Run in a child process: the Vulkan loader reads VK_DRIVER_FILES once.
+TEST(VulkanNoDeviceChild, KindStatusSaysWhy) {
+  const char *expected = std::getenv("BACKPLANE_VULKAN_TEST_NO_DEVICE_CHILD");
+  if (expected == nullptr) GTEST_SKIP() << "runs as a child of VulkanNoDevice.PluginLoadsWithNoDevice";
+  Host host = make_builtin_host();
+  const std::vector<PluginInfo> plugins = host.plugins();
+  ASSERT_NE(find_plugin(plugins, "vulkan"), nullptr) << "the vulkan plugin did not load";
+  EXPECT_TRUE(vulkan_devices(host).empty());
+  EXPECT_NE(kind_status(host).find(expected), std::string::npos) << kind_status(host);
+  // Everything else runs as ever.
+  std::vector<Device> cpus = {host.find_device("cpu:0").value(), host.find_device("cpu:1").value()};
+  Group group = host.create_group(cpus).value();
+  std::vector<Buffer> buffers = filled_buffers<float>(cpus, 1, [](size_t) { return 2.5f; });
+  ASSERT_TRUE(group.all_reduce(raw_handles(buffers), raw_handles(buffers), 1, BP_F32, BP_SUM));
+  EXPECT_EQ(mismatches(buffers[1], 0, 1, 5.0f), "");
+}
+
+TEST(VulkanNoDevice, PluginLoadsWithNoDevice) {
+  TempDir empty;
+  run_in_child("VulkanNoDeviceChild.KindStatusSaysWhy",
+               {"VK_DRIVER_FILES=" + (empty.path() / "none.json").string(),
+                "BACKPLANE_VULKAN_TEST_NO_DEVICE_CHILD=VK_ERROR_INCOMPATIBLE_DRIVER"});
+  run_in_child("VulkanNoDeviceChild.KindStatusSaysWhy",
+               {"BACKPLANE_VULKAN_LOADER=" + (empty.path() / "libvulkan.so.1").string(),
+                "BACKPLANE_VULKAN_TEST_NO_DEVICE_CHILD=the Vulkan loader"});
+}
+
+}  // namespace
+}  // namespace backplane::testing
