@@ -341,6 +341,16 @@ TEST(VulkanCollectives, AllReduceLargerThanTheStorageBufferRange) {
   expect_no_validation_messages(log);
 }
 
+// The example fleet: every collective on a group of 4 ranks of one device,
+// each row verified against the reference by `backplane run`.
+TEST(VulkanFleet, TheExampleFleetRunsAndVerifiesEveryCase) {
+  Host host = make_builtin_host();
+  REQUIRE_VULKAN_DEVICES(host, 1, devices);
+  const CommandResult ran = run_cli({"run", BACKPLANE_TEST_SOURCE_DIR "/configs/vulkan.json"});
+  EXPECT_EQ(ran.exit_code, 0) << ran.out;
+  EXPECT_NE(ran.out.find("0 errors: OK"), std::string::npos) << ran.out;
+}
+
 // ---- asynchrony -------------------------------------------------------------------
 
 using Clock = std::chrono::steady_clock;
