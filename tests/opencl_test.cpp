@@ -68,33 +68,8 @@ bool opencl_required() {
     GTEST_SKIP() << why;                                                                                   \
   }
 
-std::vector<Device> opencl_devices(const Host &host) {
-  std::vector<Device> devices;
-  for (const Device &device : host.devices()) {
-    Result<DeviceInfo> info = device.info();
-    if (info && info->kind == "opencl") devices.push_back(device);
-  }
-  return devices;
-}
-
-const PluginInfo *find_plugin(const std::vector<PluginInfo> &plugins, const std::string &name) {
-  for (const PluginInfo &plugin : plugins)
-    if (plugin.name == name) return &plugin;
-  return nullptr;
-}
-
-std::string kind_status(const Host &host) {
-  const std::vector<PluginInfo> plugins = host.plugins();
-  const PluginInfo *plugin = find_plugin(plugins, "opencl");
-  if (plugin == nullptr) return "the opencl plugin is not loaded";
-  return plugin->kind_status.empty() ? "" : plugin->kind_status[0];
-}
-
-std::string property(const DeviceInfo &info, const std::string &key) {
-  for (const auto &[name, value] : info.properties)
-    if (name == key) return value;
-  return "<missing>";
-}
+std::vector<Device> opencl_devices(const Host &host) { return devices_of_kind(host, "opencl"); }
+std::string kind_status(const Host &host) { return plugin_kind_status(host, "opencl"); }
 
 // ---- discovery and properties ---------------------------------------------
 

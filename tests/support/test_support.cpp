@@ -240,4 +240,32 @@ void run_in_child(const std::string &test, const std::vector<std::string> &extra
   EXPECT_EQ(WEXITSTATUS(status), 0) << test << " failed in the child; its failures are in its output above";
 }
 
+std::vector<Device> devices_of_kind(const Host &host, const std::string &kind) {
+  std::vector<Device> devices;
+  for (const Device &device : host.devices()) {
+    Result<DeviceInfo> info = device.info();
+    if (info && info->kind == kind) devices.push_back(device);
+  }
+  return devices;
+}
+
+const PluginInfo *find_plugin(const std::vector<PluginInfo> &plugins, const std::string &name) {
+  for (const PluginInfo &plugin : plugins)
+    if (plugin.name == name) return &plugin;
+  return nullptr;
+}
+
+std::string plugin_kind_status(const Host &host, const std::string &name) {
+  const std::vector<PluginInfo> plugins = host.plugins();
+  const PluginInfo *plugin = find_plugin(plugins, name);
+  if (plugin == nullptr) return "the " + name + " plugin is not loaded";
+  return plugin->kind_status.empty() ? "" : plugin->kind_status[0];
+}
+
+std::string property(const DeviceInfo &info, const std::string &key) {
+  for (const auto &[name, value] : info.properties)
+    if (name == key) return value;
+  return "<missing>";
+}
+
 }  // namespace backplane::testing

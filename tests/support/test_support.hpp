@@ -95,6 +95,16 @@ class ScopedEnvironment {
   std::optional<std::string> old_;
 };
 
+// The devices of `kind` among the host's, in its order.
+std::vector<Device> devices_of_kind(const Host &host, const std::string &kind);
+// The loaded plugin called `name`, or NULL.
+const PluginInfo *find_plugin(const std::vector<PluginInfo> &plugins, const std::string &name);
+// The first kind status line of plugin `name` ("" when it has none), or
+// "the <name> plugin is not loaded".
+std::string plugin_kind_status(const Host &host, const std::string &name);
+// A device property's value, or "<missing>".
+std::string property(const DeviceInfo &info, const std::string &key);
+
 // Runs `test` of the calling test binary in a child process with `extra`
 // ("NAME=value") added to its environment: for what a runtime reads once
 // per process at its first call (the OpenCL ICD loader's OCL_ICD_VENDORS,
