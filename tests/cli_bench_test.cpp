@@ -111,20 +111,25 @@ TEST_F(CliBenchTest, JsonRowsCarryNcclTestsBusBandwidthAndTraffic) {
   EXPECT_NEAR(out["avg_busbw"].get<double>(), busbw_sum / static_cast<double>(modes), busbw_sum * 1e-9);
 }
 
-// On an opencl group every row gets a copy kernel moving the same bytes on
-// the same device: its median time and the collective's share of its speed.
-TEST_F(CliBenchTest, OpenclGroupIsComparedWithACopyKernelOnItsDevice) {
+// On an opencl or vulkan group every row gets a copy moving the same bytes
+// on the same device (a copy kernel; vkCmdCopyBuffer): its median time and
+// the collective's share of its speed.
+void expect_rows_compared_with_a_copy(const std::string &kind, const char *required_variable,
+                                      const std::string &device_entry, const char *copy_label) {
   TempDir dir;
   const std::filesystem::path fleet = dir.write_file(
-      "opencl.json", R"({"version": 1, "devices": [{"name": "gpu", "kind": "opencl", "count": 1}],
-                         "groups": [{"name": "one", "devices": ["gpu"]}]})");
+      kind + ".json", R"({"version": 1, "devices": [{"name": "gpu", "kind": ")" + kind + R"(", )" + device_entry +
+                          R"(}], "groups": [{"name": "them", "devices": ["gpu"]}]})");
   CommandResult devices = run_cli({"devices", "--json"});
   ASSERT_EQ(devices.exit_code, 0) << devices.out;
-  if (devices.out.find("\"opencl:0\"") == std::string::npos) {
-    const char *required = std::getenv("BACKPLANE_REQUIRE_OPENCL");
-    ASSERT_FALSE(required && std::string(required) == "1") << "no OpenCL device, and BACKPLANE_REQUIRE_OPENCL=1";
-    GTEST_SKIP() << "no OpenCL device on this machine";
+  if (devices.out.find("\"" + kind + ":0\"") == std::string::npos) {
+    const char *required = std::getenv(required_variable);
+    ASSERT_FALSE(required && std::string(required) == "1") << "no " << kind << " device, and " << required_variable << "=1";
+    GTEST_SKIP() << "no " << kind << " device on this machine";
   }
+  CommandResult text = run_cli({"bench", "all_reduce", "--fleet", fleet.string(), "-b", "4K", "-e", "4K", "-n", "2"});
+  ASSERT_EQ(text.exit_code, 0) << text.out;
+  EXPECT_NE(text.out.find(std::string("# copy reference: ") + copy_label), std::string::npos) << text.out;
   CommandResult ran = run_cli({"bench", "all_reduce", "--fleet", fleet.string(), "-b", "4K", "-e", "64K", "-f", "16",
                                "-n", "3", "-w", "1", "--json"});
   ASSERT_EQ(ran.exit_code, 0) << ran.out;
@@ -142,6 +147,15 @@ TEST_F(CliBenchTest, OpenclGroupIsComparedWithACopyKernelOnItsDevice) {
       EXPECT_FALSE(cell.contains("peak_percent")) << "no memcpy probe on a device: " << row.dump();
     }
   }
+}
+
+TEST_F(CliBenchTest, OpenclGroupIsComparedWithACopyKernelOnItsDevice) {
+  expect_rows_compared_with_a_copy("opencl", "BACKPLANE_REQUIRE_OPENCL", R"("count": 1)", "copy kernel out[i] = in[i] on ");
+}
+
+TEST_F(CliBenchTest, VulkanGroupIsComparedWithVkCmdCopyBufferOnItsDevice) {
+  expect_rows_compared_with_a_copy("vulkan", "BACKPLANE_REQUIRE_VULKAN", R"("count": 2, "options": {"ranks_per_device": 2})",
+                                   "vkCmdCopyBuffer on ");
 }
 
 TEST_F(CliBenchTest, AcceptsNcclTestsTypeNames) {

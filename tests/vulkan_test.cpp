@@ -113,6 +113,7 @@ TEST(VulkanOptions, BadValuesAreAConfigErrorNamingWhatIsKnown) {
                               R"({"vulkan": {"ranks_per_device": "2"}})", R"({"vulkan": {"disable_features": ["nope"]}})",
                               R"({"vulkan": {"disable_features": "shaderFloat64"}})",
                               R"({"vulkan": {"transfers": "fast"}})", R"({"vulkan": {"validation": 1}})",
+                              R"({"vulkan": {"reduce_inputs": "texels"}})", R"({"vulkan": {"reduce_inputs": true}})",
                               R"({"vulkan": {"rank_per_device": 2}})"}) {
     SCOPED_TRACE(options);
     // The host comes up without the vulkan plugin and lists it as refused
@@ -274,13 +275,17 @@ TEST(VulkanBuffers, AboveTheAllocationLimitIsOutOfMemoryAndTheHostGoesOn) {
 TEST(VulkanConformance, EveryDeclaredCaseRunsUnderTheValidationLayer) {
   Host host = make_builtin_host();
   REQUIRE_VULKAN_DEVICES(host, 1, devices);
+  // lavapipe reads reduction inputs as texel buffers unless told otherwise:
+  // the address path runs too.
   for (const char *options : {R"({"vulkan": {"ranks_per_device": 4, "validation": true}})",
-                              R"({"vulkan": {"ranks_per_device": 3, "validation": true, "transfers": "staged"}})"}) {
+                              R"({"vulkan": {"ranks_per_device": 3, "validation": true, "transfers": "staged"}})",
+                              R"({"vulkan": {"ranks_per_device": 4, "validation": true, "reduce_inputs": "addresses"}})"}) {
     SCOPED_TRACE(options);
     CapturedLog log;
     conformance::ConformanceOptions conformance_options;
     conformance_options.plugin_options_json = options;
-    conformance_options.quick = std::string(options).find("staged") != std::string::npos;
+    conformance_options.quick = std::string(options).find("staged") != std::string::npos ||
+                                std::string(options).find("addresses") != std::string::npos;
     const conformance::ConformanceReport report =
         conformance::run_conformance(plugin_path("vulkan").string(), conformance_options);
     ASSERT_TRUE(report.refused_code.empty()) << report.refused_code << ": " << report.refused_message;
@@ -296,6 +301,39 @@ TEST(VulkanConformance, EveryDeclaredCaseRunsUnderTheValidationLayer) {
     for (const conformance::ConformanceRow &row : report.rows) {
       if (row.skipped == 0) continue;
       EXPECT_EQ(row.op, "avg") << row.collective << " " << row.dtype << ": " << row.skip_reason;
+    }
+    expect_no_validation_messages(log);
+  }
+}
+
+// The device says how its reductions read their inputs, and the option
+// chooses: texel buffers by default on a CPU device (lavapipe) up to the
+// push-descriptor limit, addresses when asked and past that limit (a group
+// of 40 ranks still reduces right).
+TEST(VulkanCollectives, ReduceInputsFollowTheOptionAndTheRankLimit) {
+  for (const char *choice : {"auto", "texel_buffers", "addresses"}) {
+    SCOPED_TRACE(choice);
+    CapturedLog log;
+    Host host = make_builtin_host(std::string(R"({"vulkan": {"ranks_per_device": 40, "validation": true, "reduce_inputs": ")") +
+                                  choice + "\"}}");
+    REQUIRE_VULKAN_DEVICES(host, 40, devices);
+    Result<DeviceInfo> info = devices[0].info();
+    ASSERT_TRUE(info);
+    const std::string said = property(*info, "reduce_inputs");
+    if (std::string(choice) == "addresses") {
+      EXPECT_EQ(said.rfind("addresses", 0), 0u) << said;
+    } else if (property(*info, "device_type") == "cpu") {
+      EXPECT_EQ(said.rfind("texel_buffers", 0), 0u) << said;
+      EXPECT_NE(said.find("f32"), std::string::npos) << said;
+    }
+    for (size_t ranks : {size_t{2}, size_t{40}}) {
+      const size_t count = 1001;
+      const std::vector<Device> members(devices.begin(), devices.begin() + static_cast<std::ptrdiff_t>(ranks));
+      std::vector<Buffer> buffers = filled_buffers<float>(members, count, [](size_t r) { return float(r + 1); });
+      Group group = host.create_group(members).value();
+      ASSERT_TRUE(group.all_reduce(raw_handles(buffers), raw_handles(buffers), count, BP_F32, BP_SUM));
+      const float expected = float(ranks * (ranks + 1) / 2);
+      for (size_t r = 0; r < ranks; ++r) EXPECT_EQ(mismatches(buffers[r], 0, count, expected), "") << "rank " << r;
     }
     expect_no_validation_messages(log);
   }

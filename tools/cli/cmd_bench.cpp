@@ -4,9 +4,9 @@
 // factors, with times the median of the iterations rather than the mean.
 // On cpu groups each mode also gets the memory traffic it implies and that
 // as a share of a memory bandwidth probe taken in the same run
-// (memory_bandwidth.hpp); on opencl groups, that traffic against a copy
-// kernel moving the same bytes on rank 0's device, size by size
-// (opencl_copy.hpp). Every result is checked against the reference
+// (memory_bandwidth.hpp); on opencl and vulkan groups, that traffic against
+// a copy moving the same bytes on rank 0's device, size by size
+// (copy_reference.hpp). Every result is checked against the reference
 // unless -c 0. The rows are collective_rows.hpp, shared with `run`.
 #include <algorithm>
 #include <cstdio>
@@ -22,7 +22,7 @@
 #include "cli.hpp"
 #include "collective_rows.hpp"
 #include "memory_bandwidth.hpp"
-#include "opencl_copy.hpp"
+#include "copy_reference.hpp"
 #include "table.hpp"
 
 namespace backplane::cli {
@@ -350,11 +350,10 @@ int run_bench(const GlobalOptions &options, const BenchOptions &bench) {
     device_lines.emplace_back(info->name, info->description);
     if (r == 0) first_device_properties = info->properties;
   }
-  // Memory traffic is the cpu and opencl plugins' account of their own
-  // work (each input read once, each output written once): only a group
-  // of one of those kinds alone has it.
+  // Memory traffic is the cpu, opencl and vulkan plugins' account of their
+  // own work (each input read once, each output written once): only a
+  // group of one of those kinds alone has it.
   const bool cpu_group = kinds == std::vector<std::string>{"cpu"};
-  const bool opencl_group = kinds == std::vector<std::string>{"opencl"};
 
   // The group's answers first: a refusal is reported, never run into, and
   // when nothing would run there is nothing to probe or print a table for.
@@ -378,17 +377,13 @@ int run_bench(const GlobalOptions &options, const BenchOptions &bench) {
       std::fprintf(stderr, "note: no memory bandwidth probe (%s): no traffic columns\n", e.what());
     }
   }
-  std::unique_ptr<OpenclCopyKernel> copy_kernel;
-  if (opencl_group && moves_bytes) {
-    auto property = [&](const char *key) {
-      for (const auto &[name, value] : first_device_properties)
-        if (name == key) return value;
-      return std::string();
-    };
+  // A device group of one kind is measured against a copy on rank 0's device.
+  std::unique_ptr<CopyReference> copy_reference;
+  if (kinds.size() == 1 && !cpu_group && moves_bytes) {
     try {
-      copy_kernel = std::make_unique<OpenclCopyKernel>(property("platform"), property("device"));
+      copy_reference = make_copy_reference(kinds.front(), first_device_properties);
     } catch (const std::exception &e) {
-      std::fprintf(stderr, "note: no copy-kernel reference (%s): no traffic columns\n", e.what());
+      std::fprintf(stderr, "note: no copy reference (%s): no traffic columns\n", e.what());
     }
   }
   Json machine = {{"cpus", usable_cpus()}};
@@ -409,12 +404,12 @@ int run_bench(const GlobalOptions &options, const BenchOptions &bench) {
       std::printf("# traffic: bytes read + written per second as the cpu plugin moves them (see `backplane bench "
                   "--help`); %%peak: traffic / probe\n");
     }
-    if (copy_kernel) {
-      std::printf("# copy kernel: out[i] = in[i] on %s, moving each row's traffic bytes (half read, half "
-                  "written), median of the same iterations, timed right after the collective in every round\n",
-                  copy_kernel->label().c_str());
+    if (copy_reference) {
+      std::printf("# copy reference: %s, moving each row's traffic bytes (half read, half written), median of "
+                  "the same iterations, timed right after the collective in every round\n",
+                  copy_reference->label().c_str());
       std::printf("# traffic: bytes read + written per second, each input read once and each output written once; "
-                  "%%copy: copy kernel time / collective time\n");
+                  "%%copy: copy time / collective time\n");
     }
     std::printf("#\n# Using devices\n");
     for (size_t r = 0; r < n; ++r)
@@ -473,26 +468,26 @@ int run_bench(const GlobalOptions &options, const BenchOptions &bench) {
     }
     ++ran;
 
-    const bool traffic = (probe.has_value() || copy_kernel != nullptr) && !barrier;  // a barrier moves no bytes
+    const bool traffic = (probe.has_value() || copy_reference != nullptr) && !barrier;  // a barrier moves no bytes
     if (!bench.json) {
       std::printf("#\n# %s on group %s\n", runner.describe().c_str(), setup.group_label.c_str());
       print_timing_note(entry);
-      print_column_header(traffic, copy_kernel ? "%copy" : "%peak");
+      print_column_header(traffic, copy_reference ? "%copy" : "%peak");
     }
     RowTiming timing;
     timing.rounds = bench.rounds;
-    std::set<uint64_t> copy_kernel_failed;  // byte counts it could not move: said once, not retried
-    if (copy_kernel && !barrier) {
+    std::set<uint64_t> copy_failed;  // byte counts it could not move: said once, not retried
+    if (copy_reference && !barrier) {
       timing.reference = [&](size_t count, bool in_place) -> std::optional<double> {
         const uint64_t bytes = traffic_bytes(collective, n, count, bp_dtype_size(*dtype), in_place);
-        if (copy_kernel_failed.count(bytes)) return std::nullopt;
+        if (copy_failed.count(bytes)) return std::nullopt;
         try {
-          return copy_kernel->time_copy(bytes, bench.iterations, bench.warmup);
+          return copy_reference->time_copy(bytes, bench.iterations, bench.warmup);
         } catch (const std::exception &e) {
           // Past the device's allocation limit, say: the row stands without it.
-          std::fprintf(stderr, "note: no copy-kernel time for %llu bytes: %s\n",
+          std::fprintf(stderr, "note: no copy time for %llu bytes: %s\n",
                        static_cast<unsigned long long>(bytes), e.what());
-          copy_kernel_failed.insert(bytes);
+          copy_failed.insert(bytes);
           return std::nullopt;
         }
       };

@@ -116,7 +116,7 @@ OpenclCopyKernel::OpenclCopyKernel(const std::string &platform_name, const std::
   }
   if (!state_->device)
     throw std::runtime_error("no OpenCL device '" + device_name + "' on a platform '" + platform_name + "'");
-  label_ = device_name + " (" + platform_name + ")";
+  device_label_ = device_name + " (" + platform_name + ")";
   check(clGetDeviceInfo(state_->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof state_->max_allocation,
                         &state_->max_allocation, nullptr),
         "clGetDeviceInfo(CL_DEVICE_MAX_MEM_ALLOC_SIZE)");

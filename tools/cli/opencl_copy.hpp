@@ -8,9 +8,11 @@
 #include <memory>
 #include <string>
 
+#include "copy_reference.hpp"
+
 namespace backplane::cli {
 
-class OpenclCopyKernel {
+class OpenclCopyKernel final : public CopyReference {
  public:
   // The device whose CL_PLATFORM_NAME and CL_DEVICE_NAME are these (as the
   // opencl plugin reports them in its "platform" and "device" properties).
@@ -18,23 +20,18 @@ class OpenclCopyKernel {
   // device is not found or the kernel does not build; always throws in a
   // build without OpenCL.
   OpenclCopyKernel(const std::string &platform_name, const std::string &device_name);
-  ~OpenclCopyKernel();
+  ~OpenclCopyKernel() override;
   OpenclCopyKernel(const OpenclCopyKernel &) = delete;
   OpenclCopyKernel &operator=(const OpenclCopyKernel &) = delete;
 
-  // Median microseconds of `iterations` launches, each waited for, of a
-  // kernel that reads `bytes_read_and_written / 2` bytes and writes as many
-  // (rounded up to 16-byte elements), after `warmup` untimed ones. Throws
-  // std::runtime_error when the device refuses the buffers.
-  double time_copy(size_t bytes_read_and_written, unsigned iterations, unsigned warmup);
-
-  // "<device> (<platform>)".
-  const std::string &label() const { return label_; }
+  // One launch per copy, 16-byte elements.
+  double time_copy(size_t bytes_read_and_written, unsigned iterations, unsigned warmup) override;
+  std::string label() const override { return "copy kernel out[i] = in[i] on " + device_label_; }
 
  private:
   struct State;
   std::unique_ptr<State> state_;
-  std::string label_;
+  std::string device_label_;  // "<device> (<platform>)"
 };
 
 }  // namespace backplane::cli

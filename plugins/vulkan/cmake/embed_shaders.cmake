@@ -1,8 +1,8 @@
-# cmake -DOUTPUT=file.cpp -DSHADERS="a.spv|b.spv" -DVARIANTS="0|1" -P embed_shaders.cmake
+# cmake -DOUTPUT=file.cpp -DARRAY=kReduceShaders -DSHADERS="a.spv|b.spv" -DVARIANTS="0|1" -P embed_shaders.cmake
 #
 # Writes OUTPUT: every SPIR-V module as an array of 32-bit words, and
-# backplane::vulkan::kReduceShaders (plugin_state.hpp) with module k at
-# index VARIANTS[k]; the other variants stay empty.
+# backplane::vulkan::<ARRAY> (plugin_state.hpp) with module k at index
+# VARIANTS[k]; the other variants stay empty.
 string(REPLACE "|" ";" shaders "${SHADERS}")
 string(REPLACE "|" ";" variants "${VARIANTS}")
 set(arrays "")
@@ -25,7 +25,7 @@ file(WRITE "${OUTPUT}.tmp"
   "#include \"plugin_state.hpp\"\n\n"
   "namespace backplane::vulkan {\n"
   "namespace {\n${arrays}}  // namespace\n\n"
-  "const std::array<EmbeddedShader, kShaderVariants> kReduceShaders = [] {\n"
+  "const std::array<EmbeddedShader, kShaderVariants> ${ARRAY} = [] {\n"
   "  std::array<EmbeddedShader, kShaderVariants> shaders{};\n${entries}"
   "  return shaders;\n}();\n"
   "}  // namespace backplane::vulkan\n")

@@ -13,6 +13,8 @@ namespace {
 const char *const kDtypeNames[BP_DTYPE_COUNT] = {"f16", "bf16", "f32", "f64", "i8", "u8", "i32", "u32", "i64", "u64"};
 }  // namespace
 
+const char *dtype_name(std::uint32_t dtype) noexcept { return dtype < BP_DTYPE_COUNT ? kDtypeNames[dtype] : "?"; }
+
 std::vector<bp_capability> kind_capabilities(std::uint32_t host_minor) {
   return plugin_support::rows_for_host(plugin_support::kEveryCollectiveRows, host_minor);
 }

@@ -17,6 +17,9 @@ namespace backplane::vulkan {
 // (plugin_support::rows_for_host), without a size limit.
 std::vector<bp_capability> kind_capabilities(std::uint32_t host_minor);
 
+// "f16" .. "u64", as the fleet file spells them.
+const char *dtype_name(std::uint32_t dtype) noexcept;
+
 // The features the shaders need to move and reduce `dtype`:
 //   f16      shaderFloat16 + storageBuffer16BitAccess
 //   bf16     storageBuffer16BitAccess (integer arithmetic on the bits)

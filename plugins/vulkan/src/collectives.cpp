@@ -8,8 +8,14 @@
 // command): data movement (broadcast, gather, scatter, all_gather,
 // all_to_all) is vkCmdCopyBuffer, reductions are dispatches of
 // shaders/reduce.comp, which reads every input once and writes every output
-// once for any number of ranks, its buffers reached by device address
-// through a table in host-visible memory. Each submission waits for the
+// once for any number of ranks, its outputs (and by default its inputs)
+// reached by device address through a table in host-visible memory. Where
+// Gpu::texel_inputs says so (CPU devices: llvmpipe gathers element by
+// element on address loads, so a reduction ran at ~0.03x of a copy), the
+// inputs are instead uniform texel buffers, one view per rank and dispatch,
+// pushed with VK_KHR_push_descriptor; views live as long as the slot's
+// command buffer (destroyed when the slot records its next call). Each
+// submission waits for the
 // device's previous one and signals the next value of its timeline
 // semaphore (memory.cpp, submit): requests of one comm, and of every comm
 // on the device, complete in start order, and each sees what the ones
@@ -31,11 +37,13 @@
 //   all_gather, all_to_all       n*n copies of B; a rank in place in
 //                                all_to_all first copies its n blocks to
 //                                scratch (n*B more each way)
-// A dispatch covers at most 2^30 elements (more go in several), with at
+// A dispatch covers at most 2^30 elements (with texel inputs, at most the
+// largest power of two within maxTexelBufferElements; more go in several), with at
 // most min(65535, maxComputeWorkGroupCount[0]) work groups of 256, each
 // invocation striding over the elements: nothing is truncated.
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstring>
 #include <memory>
 
@@ -55,18 +63,26 @@ const char *const kCollectiveNames[BP_COLLECTIVE_COUNT] = {
 
 }  // namespace
 
-// What one call in flight owns: its command buffer and the address table
-// its dispatches read.
+// What one call in flight owns: its command buffer, the address table its
+// dispatches read, and the texel-buffer views of its inputs.
 struct Slot {
   VkCommandBuffer commands = VK_NULL_HANDLE;
   MemoryBlock table;  // host-visible, mapped; VkDeviceAddress entries
+  std::vector<VkBufferView> views;  // destroyed when the slot records its next call
   bool busy = false;  // a call or request holds it
 };
 
+// Where a reduction reads or writes element 0: a rank buffer and an offset.
+struct Place {
+  const MemoryBlock *block = nullptr;
+  std::size_t offset = 0;
+};
+
 // One dispatch of a reduction: `count` elements, its addresses at
-// `first_entry` of the table (inputs, then outputs).
+// `first_entry` of the table (inputs unless texel inputs, then outputs),
+// its texel inputs' views at `first_view` of the slot's.
 struct Dispatch {
-  std::size_t first_entry = 0;
+  std::size_t first_entry = 0, first_view = 0;
   std::uint32_t count = 0, inputs = 0, outputs = 0;
 };
 
@@ -89,7 +105,7 @@ struct bp_plugin_comm {
   // Per call, kept for their capacity: the table's entries and dispatches.
   std::vector<VkDeviceAddress> entries;
   std::vector<backplane::vulkan::Dispatch> dispatches;
-  std::vector<VkDeviceAddress> inputs, outputs;
+  std::vector<backplane::vulkan::Place> inputs, outputs;
 
   ~bp_plugin_comm();
 };
@@ -107,7 +123,10 @@ bp_plugin_comm::~bp_plugin_comm() {
   // The host destroys a comm only once its requests were released; what a
   // failed call left submitted still ends before its memory goes.
   if (last_value != 0) (void)backplane::vulkan::wait_for(device, last_value, -1);
-  for (const auto &slot : slots) backplane::vulkan::destroy_block(device, slot->table);
+  for (const auto &slot : slots) {
+    backplane::vulkan::destroy_block(device, slot->table);
+    for (VkBufferView view : slot->views) device.vk.vkDestroyBufferView(device.device, view, nullptr);
+  }
   backplane::vulkan::destroy_block(device, scratch);
   // Frees the slots' command buffers with it.
   if (pool != VK_NULL_HANDLE) device.vk.vkDestroyCommandPool(device.device, pool, nullptr);
@@ -116,20 +135,11 @@ bp_plugin_comm::~bp_plugin_comm() {
 namespace backplane::vulkan {
 namespace {
 
-// The reduction pipeline of (dtype, op) on `gpu`, created at first use.
-std::int32_t reduce_pipeline(const bp_host_services *services, bp_error_sink *sink, Gpu &gpu, std::uint32_t dtype,
-                             std::uint32_t op, VkPipeline *out) {
-  std::lock_guard<std::mutex> lock(gpu.pipeline_mutex);
-  const std::size_t variant = shader_variant(dtype, op);
-  if (gpu.pipelines[variant] != VK_NULL_HANDLE) {
-    *out = gpu.pipelines[variant];
-    return BP_OK;
-  }
-  const EmbeddedShader &shader = kReduceShaders[variant];
-  if (shader.words == nullptr) {
-    return fail(services, sink, BP_INTERNAL, "vulkan: no shader for element type %u and op %u (a plugin bug)",
-                static_cast<unsigned>(dtype), static_cast<unsigned>(op));
-  }
+// A compute pipeline of `shader` with `layout`, specialised with INPUTS =
+// `texel_inputs` when that is not 0.
+std::int32_t create_pipeline(const bp_host_services *services, bp_error_sink *sink, Gpu &gpu,
+                             const EmbeddedShader &shader, VkPipelineLayout layout, std::uint32_t texel_inputs,
+                             VkPipeline *out) {
   VkShaderModuleCreateInfo module_info{};
   module_info.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO;
   module_info.codeSize = shader.word_count * sizeof(std::uint32_t);
@@ -137,18 +147,95 @@ std::int32_t reduce_pipeline(const bp_host_services *services, bp_error_sink *si
   VkShaderModule module = VK_NULL_HANDLE;
   VkResult result = gpu.vk.vkCreateShaderModule(gpu.device, &module_info, nullptr, &module);
   if (result != VK_SUCCESS) return fail_vk(services, sink, gpu, result, "vkCreateShaderModule", "reduce.comp");
+  const VkSpecializationMapEntry inputs_entry{0, 0, sizeof(std::uint32_t)};
+  const VkSpecializationInfo specialization{1, &inputs_entry, sizeof texel_inputs, &texel_inputs};
   VkComputePipelineCreateInfo pipeline_info{};
   pipeline_info.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO;
   pipeline_info.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
   pipeline_info.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
   pipeline_info.stage.module = module;
   pipeline_info.stage.pName = "main";
-  pipeline_info.layout = gpu.pipeline_layout;
-  VkPipeline pipeline = VK_NULL_HANDLE;
-  result = gpu.vk.vkCreateComputePipelines(gpu.device, gpu.pipeline_cache, 1, &pipeline_info, nullptr, &pipeline);
+  pipeline_info.stage.pSpecializationInfo = texel_inputs != 0 ? &specialization : nullptr;
+  pipeline_info.layout = layout;
+  result = gpu.vk.vkCreateComputePipelines(gpu.device, gpu.pipeline_cache, 1, &pipeline_info, nullptr, out);
   gpu.vk.vkDestroyShaderModule(gpu.device, module, nullptr);
-  if (result != VK_SUCCESS) return fail_vk(services, sink, gpu, result, "vkCreateComputePipelines", "reduce.comp");
-  gpu.pipelines[variant] = pipeline;
+  if (result != VK_SUCCESS) {
+    *out = VK_NULL_HANDLE;
+    return fail_vk(services, sink, gpu, result, "vkCreateComputePipelines", "reduce.comp");
+  }
+  return BP_OK;
+}
+
+// The layouts of texel-input reductions over `inputs` ranks: `inputs`
+// uniform texel buffers at binding 0, pushed per dispatch. Caller holds
+// pipeline_mutex.
+std::int32_t texel_layout(const bp_host_services *services, bp_error_sink *sink, Gpu &gpu, std::uint32_t inputs,
+                          Gpu::TexelLayout *out) {
+  if (const auto found = gpu.texel_layouts.find(inputs); found != gpu.texel_layouts.end()) {
+    *out = found->second;
+    return BP_OK;
+  }
+  VkDescriptorSetLayoutBinding binding{};
+  binding.binding = 0;
+  binding.descriptorType = VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER;
+  binding.descriptorCount = inputs;
+  binding.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
+  VkDescriptorSetLayoutCreateInfo set_info{};
+  set_info.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO;
+  set_info.flags = VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR;
+  set_info.bindingCount = 1;
+  set_info.pBindings = &binding;
+  Gpu::TexelLayout layout;
+  VkResult result = gpu.vk.vkCreateDescriptorSetLayout(gpu.device, &set_info, nullptr, &layout.set_layout);
+  if (result != VK_SUCCESS) return fail_vk(services, sink, gpu, result, "vkCreateDescriptorSetLayout", "reduce.comp");
+  const VkPushConstantRange push_range{VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(ReduceArguments)};
+  VkPipelineLayoutCreateInfo layout_info{};
+  layout_info.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO;
+  layout_info.setLayoutCount = 1;
+  layout_info.pSetLayouts = &layout.set_layout;
+  layout_info.pushConstantRangeCount = 1;
+  layout_info.pPushConstantRanges = &push_range;
+  result = gpu.vk.vkCreatePipelineLayout(gpu.device, &layout_info, nullptr, &layout.pipeline_layout);
+  if (result != VK_SUCCESS) {
+    gpu.vk.vkDestroyDescriptorSetLayout(gpu.device, layout.set_layout, nullptr);
+    return fail_vk(services, sink, gpu, result, "vkCreatePipelineLayout", "reduce.comp");
+  }
+  gpu.texel_layouts.emplace(inputs, layout);
+  *out = layout;
+  return BP_OK;
+}
+
+// The reduction pipeline of (dtype, op) on `gpu` and its layout, created at
+// first use: reading `texel_inputs` texel buffers, or (0) by address.
+std::int32_t reduce_pipeline(const bp_host_services *services, bp_error_sink *sink, Gpu &gpu, std::uint32_t dtype,
+                             std::uint32_t op, std::uint32_t texel_inputs, VkPipeline *out,
+                             VkPipelineLayout *layout_out) {
+  std::lock_guard<std::mutex> lock(gpu.pipeline_mutex);
+  const std::size_t variant = shader_variant(dtype, op);
+  const EmbeddedShader &shader = texel_inputs != 0 ? kTexelReduceShaders[variant] : kReduceShaders[variant];
+  if (shader.words == nullptr) {
+    return fail(services, sink, BP_INTERNAL, "vulkan: no %sshader for element type %u and op %u (a plugin bug)",
+                texel_inputs != 0 ? "texel-input " : "", static_cast<unsigned>(dtype), static_cast<unsigned>(op));
+  }
+  if (texel_inputs == 0) {
+    *layout_out = gpu.pipeline_layout;
+    if (gpu.pipelines[variant] == VK_NULL_HANDLE) {
+      BP_VULKAN_CHECK(create_pipeline(services, sink, gpu, shader, gpu.pipeline_layout, 0, &gpu.pipelines[variant]));
+    }
+    *out = gpu.pipelines[variant];
+    return BP_OK;
+  }
+  Gpu::TexelLayout layout;
+  BP_VULKAN_CHECK(texel_layout(services, sink, gpu, texel_inputs, &layout));
+  *layout_out = layout.pipeline_layout;
+  const auto key = std::make_pair(variant, texel_inputs);
+  if (const auto found = gpu.texel_pipelines.find(key); found != gpu.texel_pipelines.end()) {
+    *out = found->second;
+    return BP_OK;
+  }
+  VkPipeline pipeline = VK_NULL_HANDLE;
+  BP_VULKAN_CHECK(create_pipeline(services, sink, gpu, shader, layout.pipeline_layout, texel_inputs, &pipeline));
+  gpu.texel_pipelines.emplace(key, pipeline);
   *out = pipeline;
   return BP_OK;
 }
@@ -177,23 +264,65 @@ struct Call {
     recorded = true;
   }
 
-  // Dispatches for outputs[k] = op over inputs[0..n) (addresses of element
-  // 0), `count` elements: one per kMaxDispatchElements.
-  void reduce_into(std::size_t output_count) {
-    for (std::size_t first = 0; first < args.count; first += kMaxDispatchElements) {
-      const std::size_t count = std::min(kMaxDispatchElements, args.count - first);
-      const VkDeviceAddress skip = first * element;
-      Dispatch dispatch{comm.entries.size(), static_cast<std::uint32_t>(count), static_cast<std::uint32_t>(n),
-                        static_cast<std::uint32_t>(output_count)};
-      for (std::size_t j = 0; j < n; ++j) comm.entries.push_back(comm.inputs[j] + skip);
-      for (std::size_t k = 0; k < output_count; ++k) comm.entries.push_back(comm.outputs[k] + skip);
+  // Whether this call's reductions read their inputs as texel buffers: the
+  // device does (Gpu::texel_inputs), has a format for the element type and
+  // enough descriptors for the ranks, and every view starts aligned (a
+  // reduce_scatter's blocks may not).
+  bool choose_texel_inputs() const {
+    if (!gpu.texel_inputs || gpu.texel_formats[args.dtype] == VK_FORMAT_UNDEFINED || n > gpu.max_texel_inputs) {
+      return false;
+    }
+    const std::size_t alignment = std::max<VkDeviceSize>(gpu.limits.minTexelBufferOffsetAlignment, 1);
+    return args.collective != BP_REDUCE_SCATTER || block % alignment == 0;
+  }
+
+  // The elements one dispatch covers: kMaxDispatchElements, and with texel
+  // inputs no more than a view holds (a power of two, so that every later
+  // view starts aligned).
+  std::size_t dispatch_elements(bool texel) const {
+    if (!texel) return kMaxDispatchElements;
+    return std::bit_floor(std::min<std::size_t>(kMaxDispatchElements, gpu.limits.maxTexelBufferElements));
+  }
+
+  // Dispatches for outputs[k] = op over inputs[0..n), `count` elements, in
+  // pieces of dispatch_elements(); the views of texel inputs into `slot`.
+  std::int32_t reduce_into(Slot &slot, std::size_t output_count, bool texel) {
+    const std::size_t piece = dispatch_elements(texel);
+    for (std::size_t first = 0; first < args.count; first += piece) {
+      const std::size_t count = std::min(piece, args.count - first);
+      const std::size_t skip = first * element;
+      Dispatch dispatch{comm.entries.size(), slot.views.size(), static_cast<std::uint32_t>(count),
+                        static_cast<std::uint32_t>(n), static_cast<std::uint32_t>(output_count)};
+      for (std::size_t j = 0; j < n; ++j) {
+        const Place &input = comm.inputs[j];
+        if (!texel) {
+          comm.entries.push_back(input.block->address + input.offset + skip);
+          continue;
+        }
+        VkBufferViewCreateInfo view_info{};
+        view_info.sType = VK_STRUCTURE_TYPE_BUFFER_VIEW_CREATE_INFO;
+        view_info.buffer = input.block->buffer;
+        view_info.format = gpu.texel_formats[args.dtype];
+        view_info.offset = input.offset + skip;
+        view_info.range = count * element;
+        VkBufferView view = VK_NULL_HANDLE;
+        const VkResult result = gpu.vk.vkCreateBufferView(gpu.device, &view_info, nullptr, &view);
+        if (result != VK_SUCCESS) {
+          return fail_vk(state.services, sink, gpu, result, "vkCreateBufferView", kCollectiveNames[args.collective]);
+        }
+        slot.views.push_back(view);
+      }
+      for (std::size_t k = 0; k < output_count; ++k) {
+        comm.entries.push_back(comm.outputs[k].block->address + comm.outputs[k].offset + skip);
+      }
       comm.dispatches.push_back(dispatch);
     }
+    return BP_OK;
   }
 
   // The dispatches reduce_into() collected, into `commands`, their table
   // into the slot's (grown to fit: the slot is not in flight).
-  std::int32_t record_dispatches(Slot &slot) {
+  std::int32_t record_dispatches(Slot &slot, bool texel) {
     if (comm.dispatches.empty()) return BP_OK;
     const std::size_t table_bytes = comm.entries.size() * sizeof(VkDeviceAddress);
     if (slot.table.bytes < table_bytes) {
@@ -205,15 +334,25 @@ struct Call {
     }
     std::memcpy(slot.table.mapped, comm.entries.data(), table_bytes);
     VkPipeline pipeline = VK_NULL_HANDLE;
-    BP_VULKAN_CHECK(reduce_pipeline(state.services, sink, gpu, args.dtype, args.reduce_op, &pipeline));
+    VkPipelineLayout layout = VK_NULL_HANDLE;
+    BP_VULKAN_CHECK(reduce_pipeline(state.services, sink, gpu, args.dtype, args.reduce_op,
+                                    texel ? static_cast<std::uint32_t>(n) : 0, &pipeline, &layout));
     gpu.vk.vkCmdBindPipeline(commands, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline);
     const std::uint32_t group_limit = std::min(kMaxWorkGroups, gpu.limits.maxComputeWorkGroupCount[0]);
     for (const Dispatch &dispatch : comm.dispatches) {
+      if (texel) {
+        VkWriteDescriptorSet write{};
+        write.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
+        write.dstBinding = 0;
+        write.descriptorCount = dispatch.inputs;
+        write.descriptorType = VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER;
+        write.pTexelBufferView = slot.views.data() + dispatch.first_view;
+        gpu.vk.vkCmdPushDescriptorSetKHR(commands, VK_PIPELINE_BIND_POINT_COMPUTE, layout, 0, 1, &write);
+      }
       const ReduceArguments arguments{slot.table.address + dispatch.first_entry * sizeof(VkDeviceAddress),
                                       dispatch.count, dispatch.inputs, dispatch.outputs,
                                       static_cast<std::uint32_t>(n)};
-      gpu.vk.vkCmdPushConstants(commands, gpu.pipeline_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof arguments,
-                                &arguments);
+      gpu.vk.vkCmdPushConstants(commands, layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof arguments, &arguments);
       const std::uint32_t groups = static_cast<std::uint32_t>(
           std::min<std::size_t>((dispatch.count + kWorkGroupSize - 1) / kWorkGroupSize, group_limit));
       gpu.vk.vkCmdDispatch(commands, groups, 1, 1);
@@ -225,28 +364,29 @@ struct Call {
 
 // ---- the collectives ------------------------------------------------------------
 
-void all_reduce(Call &c) {
+std::int32_t all_reduce(Call &c, Slot &slot, bool texel) {
   for (std::size_t r = 0; r < c.n; ++r) {
-    c.comm.inputs[r] = c.args.send[r]->block.address;
-    c.comm.outputs[r] = c.args.recv[r]->block.address;
+    c.comm.inputs[r] = {&c.args.send[r]->block, 0};
+    c.comm.outputs[r] = {&c.args.recv[r]->block, 0};
   }
-  c.reduce_into(c.n);
+  return c.reduce_into(slot, c.n, texel);
 }
 
-void reduce(Call &c) {
-  for (std::size_t r = 0; r < c.n; ++r) c.comm.inputs[r] = c.args.send[r]->block.address;
-  c.comm.outputs[0] = c.args.recv[c.args.root]->block.address;
-  c.reduce_into(1);
+std::int32_t reduce(Call &c, Slot &slot, bool texel) {
+  for (std::size_t r = 0; r < c.n; ++r) c.comm.inputs[r] = {&c.args.send[r]->block, 0};
+  c.comm.outputs[0] = {&c.args.recv[c.args.root]->block, 0};
+  return c.reduce_into(slot, 1, texel);
 }
 
 // Rank r's result is block r of every send; in place it goes to block r of
 // send[r], which no other rank's reduction reads.
-void reduce_scatter(Call &c) {
+std::int32_t reduce_scatter(Call &c, Slot &slot, bool texel) {
   for (std::size_t r = 0; r < c.n; ++r) {
-    for (std::size_t j = 0; j < c.n; ++j) c.comm.inputs[j] = c.args.send[j]->block.address + r * c.block;
-    c.comm.outputs[0] = c.args.recv[r]->block.address + (c.in_place(r) ? r * c.block : 0);
-    c.reduce_into(1);
+    for (std::size_t j = 0; j < c.n; ++j) c.comm.inputs[j] = {&c.args.send[j]->block, r * c.block};
+    c.comm.outputs[0] = {&c.args.recv[r]->block, c.in_place(r) ? r * c.block : 0};
+    BP_VULKAN_CHECK(c.reduce_into(slot, 1, texel));
   }
+  return BP_OK;
 }
 
 void broadcast(Call &c) {
@@ -334,11 +474,15 @@ std::int32_t all_to_all(Call &c) {
 std::int32_t record(Call &c, Slot &slot) {
   c.comm.entries.clear();
   c.comm.dispatches.clear();
+  // The slot's earlier call has completed (the slot was free).
+  for (VkBufferView view : slot.views) c.gpu.vk.vkDestroyBufferView(c.gpu.device, view, nullptr);
+  slot.views.clear();
   if (c.args.collective == BP_BARRIER || c.args.count == 0) return BP_OK;
+  const bool texel = c.choose_texel_inputs();
   switch (c.args.collective) {
-    case BP_ALL_REDUCE: all_reduce(c); break;
-    case BP_REDUCE: reduce(c); break;
-    case BP_REDUCE_SCATTER: reduce_scatter(c); break;
+    case BP_ALL_REDUCE: BP_VULKAN_CHECK(all_reduce(c, slot, texel)); break;
+    case BP_REDUCE: BP_VULKAN_CHECK(reduce(c, slot, texel)); break;
+    case BP_REDUCE_SCATTER: BP_VULKAN_CHECK(reduce_scatter(c, slot, texel)); break;
     case BP_BROADCAST: broadcast(c); break;
     case BP_ALL_GATHER: all_gather(c); break;
     case BP_GATHER: gather(c); break;
@@ -348,7 +492,7 @@ std::int32_t record(Call &c, Slot &slot) {
       return fail(c.state.services, c.sink, BP_INVALID_ARGUMENT, "vulkan collective_start: unknown collective %u",
                   static_cast<unsigned>(c.args.collective));
   }
-  return c.record_dispatches(slot);
+  return c.record_dispatches(slot, texel);
 }
 
 // A free slot of the comm, marked busy; a new one when every slot is held.
@@ -419,8 +563,8 @@ std::int32_t Backend::comm_create(bp_plugin_state &state, std::span<const std::u
     return fail_vk(state.services, sink, gpu, result, "vkCreateCommandPool", "comm");
   }
   const std::size_t n = comm->ranks.size();
-  comm->inputs.assign(n, 0);
-  comm->outputs.assign(n, 0);
+  comm->inputs.assign(n, Place{});
+  comm->outputs.assign(n, Place{});
   comm->entries.reserve(2 * n);
   comm->route = describe_route(*comm);
   log(state.services, BP_LOG_DEBUG, "comm of %zu ranks: %s", n, comm->route.c_str());

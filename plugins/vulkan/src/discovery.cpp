@@ -4,6 +4,7 @@
 // each shown as `ranks_per_device` logical devices that share its VkDevice.
 // Also configure, device_info and kind_info, which read what discovery found.
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -147,6 +148,62 @@ std::uint32_t compute_queue_family(const InstanceFunctions &vk, VkPhysicalDevice
   return chosen;
 }
 
+bool device_extension_present(const InstanceFunctions &vk, VkPhysicalDevice physical, const char *name) {
+  std::uint32_t count = 0;
+  if (vk.vkEnumerateDeviceExtensionProperties(physical, nullptr, &count, nullptr) != VK_SUCCESS) return false;
+  std::vector<VkExtensionProperties> extensions(count);
+  if (vk.vkEnumerateDeviceExtensionProperties(physical, nullptr, &count, extensions.data()) != VK_SUCCESS) {
+    return false;
+  }
+  return std::any_of(extensions.begin(), extensions.begin() + count,
+                     [&](const VkExtensionProperties &extension) { return std::strcmp(extension.extensionName, name) == 0; });
+}
+
+// The format reduce.comp's TEXEL_INPUTS variant of each element type views
+// its inputs with (the sampler types in the shader match); none for the
+// 64-bit types, whose texel formats need extensions few drivers have.
+constexpr std::array<VkFormat, BP_DTYPE_COUNT> kTexelFormats = {
+    VK_FORMAT_R16_SFLOAT, VK_FORMAT_R16_UINT, VK_FORMAT_R32_SFLOAT, VK_FORMAT_UNDEFINED, VK_FORMAT_R8_SINT,
+    VK_FORMAT_R8_UINT,    VK_FORMAT_R32_SINT, VK_FORMAT_R32_UINT,  VK_FORMAT_UNDEFINED, VK_FORMAT_UNDEFINED};
+
+// Whether `gpu` reads reduction inputs as texel buffers, and with which
+// formats (Gpu::texel_inputs); the property's text in *text.
+void choose_reduce_inputs(const bp_plugin_state &state, const Options &options, Gpu &gpu, std::string *text) {
+  *text = "addresses";
+  const bool wanted = options.reduce_inputs == ReduceInputs::texel_buffers ||
+                      (options.reduce_inputs == ReduceInputs::automatic && gpu.type == VK_PHYSICAL_DEVICE_TYPE_CPU);
+  if (!wanted) return;
+  if (!device_extension_present(state.vk, gpu.physical, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME)) {
+    *text += " (no " VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME " for texel buffers)";
+    return;
+  }
+  VkPhysicalDevicePushDescriptorPropertiesKHR push{};
+  push.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PUSH_DESCRIPTOR_PROPERTIES_KHR;
+  VkPhysicalDeviceProperties2 properties{};
+  properties.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2;
+  properties.pNext = &push;
+  state.vk.vkGetPhysicalDeviceProperties2(gpu.physical, &properties);
+  gpu.max_texel_inputs = std::min({kMaxTexelInputs, push.maxPushDescriptors, gpu.limits.maxPerStageDescriptorSampledImages,
+                                   gpu.limits.maxDescriptorSetSampledImages});
+  std::string formats;
+  for (std::size_t dtype = 0; dtype < BP_DTYPE_COUNT; ++dtype) {
+    if (kTexelFormats[dtype] == VK_FORMAT_UNDEFINED) continue;
+    VkFormatProperties format{};
+    state.vk.vkGetPhysicalDeviceFormatProperties(gpu.physical, kTexelFormats[dtype], &format);
+    if (!(format.bufferFeatures & VK_FORMAT_FEATURE_UNIFORM_TEXEL_BUFFER_BIT)) continue;
+    gpu.texel_formats[dtype] = kTexelFormats[dtype];
+    formats += (formats.empty() ? "" : ", ") + std::string(dtype_name(static_cast<std::uint32_t>(dtype)));
+  }
+  if (formats.empty() || gpu.max_texel_inputs < 2) {
+    gpu.texel_formats = {};
+    *text += " (no uniform texel buffer format or too few push descriptors)";
+    return;
+  }
+  gpu.texel_inputs = true;
+  *text = "texel_buffers for " + formats + " up to " + std::to_string(gpu.max_texel_inputs) +
+          " ranks; addresses otherwise";
+}
+
 // The VkDevice of `gpu` with its features enabled, its queue, timeline and
 // pipeline layout; false with *why naming the call that failed.
 bool open_gpu(const bp_plugin_state &state, Gpu &gpu, std::string *why) {
@@ -175,18 +232,23 @@ bool open_gpu(const bp_plugin_state &state, Gpu &gpu, std::string *why) {
   queue_info.queueFamilyIndex = gpu.queue_family;
   queue_info.queueCount = 1;
   queue_info.pQueuePriorities = &priority;
+  const char *push_descriptors = VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME;
   VkDeviceCreateInfo device_info{};
   device_info.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO;
   device_info.pNext = &features;
   device_info.queueCreateInfoCount = 1;
   device_info.pQueueCreateInfos = &queue_info;
+  if (gpu.texel_inputs) {
+    device_info.enabledExtensionCount = 1;
+    device_info.ppEnabledExtensionNames = &push_descriptors;
+  }
   if (const VkResult result = state.vk.vkCreateDevice(gpu.physical, &device_info, nullptr, &gpu.device);
       result != VK_SUCCESS) {
     gpu.device = VK_NULL_HANDLE;
     *why = "vkCreateDevice: " + result_name(result);
     return false;
   }
-  if (!gpu.vk.load(state.vk, gpu.device, why)) return false;
+  if (!gpu.vk.load(state.vk, gpu.device, gpu.texel_inputs, why)) return false;
   gpu.vk.vkGetDeviceQueue(gpu.device, gpu.queue_family, 0, &gpu.queue);
 
   VkSemaphoreTypeCreateInfo timeline_type{};
@@ -334,6 +396,9 @@ std::unique_ptr<Gpu> describe_gpu(const bp_plugin_state &state, VkPhysicalDevice
   add("max_memory_allocation_size", std::to_string(gpu->max_allocation_bytes));
   add("queue_family", std::to_string(gpu->queue_family));
   add("transfers", gpu->mapped_buffers ? "mapped" : "staged");
+  std::string reduce_inputs;
+  choose_reduce_inputs(state, options, *gpu, &reduce_inputs);
+  add("reduce_inputs", reduce_inputs);
   add("features", feature_list(gpu->features));
   if (options.validation) add("validation", kValidationLayer);
   if (options.disabled_features & supported) add("disabled_features", feature_list(options.disabled_features & supported));
@@ -363,6 +428,11 @@ Gpu::~Gpu() {
   if (vk.vkDeviceWaitIdle != nullptr) vk.vkDeviceWaitIdle(device);
   for (VkPipeline pipeline : pipelines) {
     if (pipeline != VK_NULL_HANDLE) vk.vkDestroyPipeline(device, pipeline, nullptr);
+  }
+  for (const auto &[key, pipeline] : texel_pipelines) vk.vkDestroyPipeline(device, pipeline, nullptr);
+  for (const auto &[inputs, layout] : texel_layouts) {
+    vk.vkDestroyPipelineLayout(device, layout.pipeline_layout, nullptr);
+    vk.vkDestroyDescriptorSetLayout(device, layout.set_layout, nullptr);
   }
   destroy_block(*this, staging);
   if (transfer_pool != VK_NULL_HANDLE) vk.vkDestroyCommandPool(device, transfer_pool, nullptr);

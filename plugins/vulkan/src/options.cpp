@@ -24,19 +24,24 @@ const char *feature_name(Feature feature) noexcept {
 
 std::optional<Options> parse_options(std::string_view json, std::string *error) {
   const std::optional<plugin_support::OptionsObject> object = plugin_support::OptionsObject::parse(json, error);
-  if (!object || !object->only_keys({"ranks_per_device", "disable_features", "validation", "transfers"}, error)) {
+  if (!object || !object->only_keys({"ranks_per_device", "disable_features", "validation", "transfers", "reduce_inputs"}, error)) {
     return std::nullopt;
   }
   Options options;
   std::vector<std::string> disabled;
   std::string transfers = "auto";
+  std::string reduce_inputs = "auto";
   if (!object->read("ranks_per_device", 1, kMaxRanksPerDevice, options.ranks_per_device, error) ||
       !object->read("disable_features", kFeatureCount, disabled, error) ||
       !object->read("validation", options.validation, error) ||
-      !object->read("transfers", {"auto", "staged"}, transfers, error)) {
+      !object->read("transfers", {"auto", "staged"}, transfers, error) ||
+      !object->read("reduce_inputs", {"auto", "texel_buffers", "addresses"}, reduce_inputs, error)) {
     return std::nullopt;
   }
   options.transfers = transfers == "staged" ? Transfers::staged : Transfers::automatic;
+  options.reduce_inputs = reduce_inputs == "texel_buffers" ? ReduceInputs::texel_buffers
+                          : reduce_inputs == "addresses"   ? ReduceInputs::addresses
+                                                           : ReduceInputs::automatic;
   for (const std::string &name : disabled) {
     bool known = false;
     for (std::uint32_t f = 0; f < kFeatureCount; ++f) {

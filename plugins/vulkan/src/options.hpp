@@ -1,5 +1,6 @@
 // The vulkan kind's options: {"ranks_per_device": 4, "disable_features":
-// ["shaderFloat64"], "validation": true, "transfers": "staged"}.
+// ["shaderFloat64"], "validation": true, "transfers": "staged",
+// "reduce_inputs": "addresses"}.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +36,13 @@ enum class Transfers {
   staged,     // always through a staging buffer and vkCmdCopyBuffer (diagnostic)
 };
 
+// How reduce.comp reads its inputs (the shader's header says why there are two).
+enum class ReduceInputs {
+  automatic,      // texel buffers on CPU devices (lavapipe) where supported, else addresses
+  texel_buffers,  // uniform texel buffers wherever the device can (diagnostic, benchmarks)
+  addresses,      // device addresses always (diagnostic, benchmarks)
+};
+
 struct Options {
   // Logical devices per physical device, each with its own buffers: several
   // ranks of one group on one GPU.
@@ -46,6 +54,7 @@ struct Options {
   // warning and error at BP_LOG_ERROR ("validation: ...").
   bool validation = false;
   Transfers transfers = Transfers::automatic;
+  ReduceInputs reduce_inputs = ReduceInputs::automatic;
 
   bool operator==(const Options &) const = default;
 };

@@ -57,7 +57,8 @@ bool InstanceFunctions::load(const VulkanLoader &loader, VkInstance instance, bo
   return true;
 }
 
-bool DeviceFunctions::load(const InstanceFunctions &instance, VkDevice device, std::string *why) {
+bool DeviceFunctions::load(const InstanceFunctions &instance, VkDevice device, bool with_push_descriptors,
+                           std::string *why) {
 #define BP_VULKAN_LOAD_DEVICE(name)                                                  \
   name = reinterpret_cast<PFN_##name>(instance.vkGetDeviceProcAddr(device, #name));  \
   if (name == nullptr) {                                                             \
@@ -65,6 +66,9 @@ bool DeviceFunctions::load(const InstanceFunctions &instance, VkDevice device, s
     return false;                                                                    \
   }
   BP_VULKAN_DEVICE_FUNCTIONS(BP_VULKAN_LOAD_DEVICE)
+  if (with_push_descriptors) {
+    BP_VULKAN_PUSH_DESCRIPTOR_FUNCTIONS(BP_VULKAN_LOAD_DEVICE)
+  }
 #undef BP_VULKAN_LOAD_DEVICE
   return true;
 }

@@ -32,6 +32,7 @@ namespace backplane::vulkan {
   X(vkGetPhysicalDeviceProperties2)            \
   X(vkGetPhysicalDeviceFeatures2)              \
   X(vkGetPhysicalDeviceMemoryProperties)       \
+  X(vkGetPhysicalDeviceFormatProperties)       \
   X(vkGetPhysicalDeviceQueueFamilyProperties)  \
   X(vkEnumerateDeviceExtensionProperties)      \
   X(vkCreateDevice)                            \
@@ -82,7 +83,15 @@ namespace backplane::vulkan {
   X(vkDestroyPipelineCache)             \
   X(vkGetPipelineCacheData)             \
   X(vkCreateComputePipelines)           \
-  X(vkDestroyPipeline)
+  X(vkDestroyPipeline)                  \
+  X(vkCreateBufferView)                 \
+  X(vkDestroyBufferView)                \
+  X(vkCreateDescriptorSetLayout)        \
+  X(vkDestroyDescriptorSetLayout)
+
+// Of VK_KHR_push_descriptor, present only when the device enabled it (the
+// texel-buffer inputs of reduce.comp).
+#define BP_VULKAN_PUSH_DESCRIPTOR_FUNCTIONS(X) X(vkCmdPushDescriptorSetKHR)
 
 #define BP_VULKAN_DECLARE(name) PFN_##name name = nullptr;
 
@@ -111,8 +120,11 @@ struct InstanceFunctions {
 // A logical device's functions.
 struct DeviceFunctions {
   BP_VULKAN_DEVICE_FUNCTIONS(BP_VULKAN_DECLARE)
+  BP_VULKAN_PUSH_DESCRIPTOR_FUNCTIONS(BP_VULKAN_DECLARE)
 
-  bool load(const InstanceFunctions &instance, VkDevice device, std::string *why);
+  // Resolves every device function (the push-descriptor one only when
+  // asked); false with *why naming the first that is missing.
+  bool load(const InstanceFunctions &instance, VkDevice device, bool with_push_descriptors, std::string *why);
 };
 
 #undef BP_VULKAN_DECLARE

@@ -1,0 +1,33 @@
+// The Vulkan copy reference of `backplane bench`: vkCmdCopyBuffer between
+// two device-local buffers on the physical device the vulkan plugin names by
+// its "uuid" property, one submission per copy, waited on a fence, as the
+// plugin submits one command buffer per collective.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "copy_reference.hpp"
+
+namespace backplane::cli {
+
+class VulkanCopyBuffer final : public CopyReference {
+ public:
+  // Throws std::runtime_error naming the Vulkan call and VkResult when the
+  // device is not found or cannot be opened; always throws in a build
+  // without Vulkan.
+  explicit VulkanCopyBuffer(const std::string &device_uuid);
+  ~VulkanCopyBuffer() override;
+  VulkanCopyBuffer(const VulkanCopyBuffer &) = delete;
+  VulkanCopyBuffer &operator=(const VulkanCopyBuffer &) = delete;
+
+  double time_copy(std::size_t bytes_read_and_written, unsigned iterations, unsigned warmup) override;
+  std::string label() const override { return "vkCmdCopyBuffer on " + device_name_; }
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+  std::string device_name_;
+};
+
+}  // namespace backplane::cli
