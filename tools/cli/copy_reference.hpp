@@ -18,12 +18,24 @@ class CopyReference {
 
   // Median microseconds of `iterations` copies, each waited for, reading
   // `bytes_read_and_written / 2` bytes and writing as many (rounded up to
-  // the copy's element), after `warmup` untimed ones. Throws
-  // std::runtime_error when the device refuses the buffers.
-  virtual double time_copy(std::size_t bytes_read_and_written, unsigned iterations, unsigned warmup) = 0;
+  // kCopyElement, at least one), after `warmup` untimed ones; 0 when
+  // `iterations` is 0. Throws std::runtime_error when the device refuses the
+  // buffers or a copy fails.
+  double time_copy(std::size_t bytes_read_and_written, unsigned iterations, unsigned warmup);
 
   // What is timed, for the bench's header: "vkCmdCopyBuffer on <device>".
   virtual std::string label() const = 0;
+
+ protected:
+  // Every implementation copies 16-byte elements (a uint4, or a
+  // vkCmdCopyBuffer region of whole ones).
+  static constexpr std::size_t kCopyElement = 16;
+
+  // Makes ready the copy of `bytes` (a multiple of kCopyElement): buffers
+  // big enough, commands recorded. Nothing is in flight.
+  virtual void prepare_copy(std::size_t bytes) = 0;
+  // Runs the prepared copy once and waits for it to end.
+  virtual void copy_and_wait() = 0;
 };
 
 // The copy reference of a group whose ranks are all of `kind`, on the device

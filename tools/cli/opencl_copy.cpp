@@ -2,7 +2,6 @@
 #include "opencl_copy.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <stdexcept>
 #include <vector>
 
@@ -23,7 +22,6 @@ constexpr const char *kCopySource =
     "  size_t i = get_global_id(0);\n"
     "  out[i] = in[i];\n"
     "}\n";
-constexpr size_t kElement = 16;
 
 void check(cl_int status, const char *call) {
   if (status != CL_SUCCESS)
@@ -58,6 +56,7 @@ struct OpenclCopyKernel::State {
   cl_kernel kernel = nullptr;
   cl_mem in = nullptr, out = nullptr;
   size_t buffer_bytes = 0;
+  size_t copy_elements = 0;  // of the prepared copy
   cl_ulong max_allocation = 0;
 
   ~State() {
@@ -136,21 +135,16 @@ OpenclCopyKernel::OpenclCopyKernel(const std::string &platform_name, const std::
 
 OpenclCopyKernel::~OpenclCopyKernel() = default;
 
-double OpenclCopyKernel::time_copy(size_t bytes_read_and_written, unsigned iterations, unsigned warmup) {
-  const size_t elements = std::max<size_t>(1, (bytes_read_and_written / 2 + kElement - 1) / kElement);
-  state_->reserve(elements * kElement);
-  using Clock = std::chrono::steady_clock;
-  std::vector<double> micros;
-  micros.reserve(iterations);
-  for (unsigned i = 0; i < warmup + iterations; ++i) {
-    const Clock::time_point start = Clock::now();
-    check(clEnqueueNDRangeKernel(state_->queue, state_->kernel, 1, nullptr, &elements, nullptr, 0, nullptr, nullptr),
-          "clEnqueueNDRangeKernel(copy)");
-    check(clFinish(state_->queue), "clFinish");
-    if (i >= warmup) micros.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
-  }
-  std::nth_element(micros.begin(), micros.begin() + micros.size() / 2, micros.end());
-  return micros[micros.size() / 2];
+void OpenclCopyKernel::prepare_copy(size_t bytes) {
+  state_->reserve(bytes);
+  state_->copy_elements = bytes / kCopyElement;
+}
+
+void OpenclCopyKernel::copy_and_wait() {
+  const size_t elements = state_->copy_elements;
+  check(clEnqueueNDRangeKernel(state_->queue, state_->kernel, 1, nullptr, &elements, nullptr, 0, nullptr, nullptr),
+        "clEnqueueNDRangeKernel(copy)");
+  check(clFinish(state_->queue), "clFinish");
 }
 
 #else  // built without OpenCL
@@ -161,7 +155,8 @@ OpenclCopyKernel::OpenclCopyKernel(const std::string &, const std::string &) {
   throw std::runtime_error("this backplane was built without OpenCL");
 }
 OpenclCopyKernel::~OpenclCopyKernel() = default;
-double OpenclCopyKernel::time_copy(size_t, unsigned, unsigned) { return 0; }
+void OpenclCopyKernel::prepare_copy(size_t) {}
+void OpenclCopyKernel::copy_and_wait() {}
 
 #endif
 

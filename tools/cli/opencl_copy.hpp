@@ -24,11 +24,13 @@ class OpenclCopyKernel final : public CopyReference {
   OpenclCopyKernel(const OpenclCopyKernel &) = delete;
   OpenclCopyKernel &operator=(const OpenclCopyKernel &) = delete;
 
-  // One launch per copy, 16-byte elements.
-  double time_copy(size_t bytes_read_and_written, unsigned iterations, unsigned warmup) override;
   std::string label() const override { return "copy kernel out[i] = in[i] on " + device_label_; }
 
  private:
+  // One launch per copy, one uint4 per work-item.
+  void prepare_copy(size_t bytes) override;
+  void copy_and_wait() override;
+
   struct State;
   std::unique_ptr<State> state_;
   std::string device_label_;  // "<device> (<platform>)"

@@ -2,7 +2,6 @@
 #include "vulkan_copy.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <stdexcept>
 #include <vector>
@@ -16,9 +15,6 @@ namespace backplane::cli {
 #if BACKPLANE_CLI_VULKAN
 namespace {
 
-// Copies are whole 16-byte elements, as the OpenCL reference's are; a
-// vkCmdFillBuffer size must be a multiple of 4 anyway.
-constexpr std::size_t kElement = 16;
 // A copy that has not finished in this long is a hung device, not a result.
 constexpr std::uint64_t kFenceTimeoutNanoseconds = 60'000'000'000;
 
@@ -229,21 +225,9 @@ VulkanCopyBuffer::VulkanCopyBuffer(const std::string &device_uuid) : state_(std:
 
 VulkanCopyBuffer::~VulkanCopyBuffer() = default;
 
-double VulkanCopyBuffer::time_copy(std::size_t bytes_read_and_written, unsigned iterations, unsigned warmup) {
-  const std::size_t elements = std::max<std::size_t>(1, (bytes_read_and_written / 2 + kElement - 1) / kElement);
-  state_->record_copy(elements * kElement);
-  using Clock = std::chrono::steady_clock;
-  std::vector<double> micros;
-  micros.reserve(iterations);
-  for (unsigned i = 0; i < warmup + iterations; ++i) {
-    const Clock::time_point start = Clock::now();
-    state_->submit_and_wait();
-    if (i >= warmup) micros.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
-  }
-  if (micros.empty()) return 0;
-  std::nth_element(micros.begin(), micros.begin() + micros.size() / 2, micros.end());
-  return micros[micros.size() / 2];
-}
+void VulkanCopyBuffer::prepare_copy(std::size_t bytes) { state_->record_copy(bytes); }
+
+void VulkanCopyBuffer::copy_and_wait() { state_->submit_and_wait(); }
 
 #else  // built without Vulkan
 
@@ -253,7 +237,8 @@ VulkanCopyBuffer::VulkanCopyBuffer(const std::string &) {
   throw std::runtime_error("this backplane was built without Vulkan");
 }
 VulkanCopyBuffer::~VulkanCopyBuffer() = default;
-double VulkanCopyBuffer::time_copy(std::size_t, unsigned, unsigned) { return 0; }
+void VulkanCopyBuffer::prepare_copy(std::size_t) {}
+void VulkanCopyBuffer::copy_and_wait() {}
 
 #endif
 

@@ -21,10 +21,12 @@ class VulkanCopyBuffer final : public CopyReference {
   VulkanCopyBuffer(const VulkanCopyBuffer &) = delete;
   VulkanCopyBuffer &operator=(const VulkanCopyBuffer &) = delete;
 
-  double time_copy(std::size_t bytes_read_and_written, unsigned iterations, unsigned warmup) override;
   std::string label() const override { return "vkCmdCopyBuffer on " + device_name_; }
 
  private:
+  void prepare_copy(std::size_t bytes) override;
+  void copy_and_wait() override;
+
   struct State;
   std::unique_ptr<State> state_;
   std::string device_name_;
