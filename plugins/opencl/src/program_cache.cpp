@@ -1,25 +1,18 @@
 // Building the kernels, and the on-disk cache of program binaries.
 //
-// The cache lives in BACKPLANE_CACHE_DIR, else $XDG_CACHE_HOME/backplane,
-// else ~/.cache/backplane; one file per (kernel source, build options,
-// platform name and version, device name and version, driver version),
-// named by a 128-bit hash of them. A cache that cannot be created or written
-// is logged once and done without; a binary the driver refuses is rebuilt
-// from source and replaced. Files are written to a temporary name and
-// renamed, so a concurrent process never reads half a binary.
+// The cache (plugin_support/disk_cache.hpp: where it lives, how files are
+// written) holds one file per (kernel source, build options, platform name
+// and version, device name and version, driver version), named by a
+// 128-bit hash of them. A binary the driver refuses is rebuilt from source
+// and replaced.
 #include "program_cache.hpp"
 
-#include <unistd.h>
-
-#include <atomic>
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
-#include <system_error>
+#include <optional>
 #include <vector>
+
+#include "plugin_support/disk_cache.hpp"
 
 namespace backplane::opencl {
 namespace {
@@ -28,64 +21,14 @@ namespace {
 // errors are the ones that explain the rest).
 constexpr std::size_t kBuildLogBytes = 2000;
 
-// FNV-1a, 64 bits, over each part and a separator.
-std::uint64_t fnv1a(std::uint64_t hash, const std::string &text) {
-  for (unsigned char c : text) {
-    hash ^= c;
-    hash *= 0x100000001b3ull;
-  }
-  hash ^= 0xff;  // a byte no part contains, so ("ab","c") and ("a","bc") differ
-  return hash * 0x100000001b3ull;
-}
-
-std::string cache_key(const std::vector<std::string> &parts) {
-  // Two FNV streams from different offsets: 128 bits, so that a collision
-  // (which would load the wrong binary) is not a practical concern.
-  std::uint64_t first = 0xcbf29ce484222325ull;
-  std::uint64_t second = 0x84222325cbf29ce4ull;
-  for (const std::string &part : parts) {
-    first = fnv1a(first, part);
-    second = fnv1a(second, part + "\x01");
-  }
-  char text[33];
-  std::snprintf(text, sizeof text, "%016llx%016llx", static_cast<unsigned long long>(first),
-                static_cast<unsigned long long>(second));
-  return text;
-}
-
-const char *environment(const char *name) {
-  // secure_getenv: a privileged process takes no cache directory (whose
-  // binaries it would run) from its caller's environment.
-  const char *value = secure_getenv(name);
-  return value != nullptr && *value != '\0' ? value : nullptr;
-}
-
-// The cache directory, created if needed; empty when there is none to use.
-// Resolved once per state; the caller holds state.mutex.
+// The cache directory; resolved once per state, the caller holds
+// state.mutex.
 const std::string &cache_directory(bp_plugin_state &state) {
-  if (state.cache_directory_resolved) return state.cache_directory;
-  state.cache_directory_resolved = true;
-  std::filesystem::path directory;
-  if (const char *explicit_directory = environment("BACKPLANE_CACHE_DIR")) {
-    directory = explicit_directory;
-  } else if (const char *xdg = environment("XDG_CACHE_HOME")) {
-    directory = std::filesystem::path(xdg) / "backplane";
-  } else if (const char *home = environment("HOME")) {
-    directory = std::filesystem::path(home) / ".cache" / "backplane";
-  } else {
-    log(state.services, BP_LOG_INFO,
-        "no program cache: none of BACKPLANE_CACHE_DIR, XDG_CACHE_HOME and HOME is set; kernels are compiled in "
-        "every process");
-    return state.cache_directory;
+  if (!state.cache_directory_resolved) {
+    state.cache_directory = plugin_support::cache_directory(state.services, "opencl", "program cache",
+                                                            "kernels are compiled in every process");
+    state.cache_directory_resolved = true;
   }
-  std::error_code error;
-  std::filesystem::create_directories(directory, error);
-  if (error || access(directory.c_str(), W_OK) != 0) {
-    log(state.services, BP_LOG_WARN, "no program cache: cannot create or write '%s' (%s); kernels are compiled in "
-        "every process", directory.c_str(), error ? error.message().c_str() : "not writable");
-    return state.cache_directory;
-  }
-  state.cache_directory = directory.string();
   return state.cache_directory;
 }
 
@@ -116,13 +59,12 @@ std::string build_log(cl_program program, cl_device_id device) {
 // the driver refuses it (logged at debug, since rebuilding fixes it).
 ProgramHandle load_cached(bp_plugin_state &state, const Device &device, const std::string &file,
                           const std::string &options) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return {};
-  const std::vector<unsigned char> binary((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (binary.empty()) return {};
+  const std::optional<std::vector<unsigned char>> binary =
+      plugin_support::read_cache_file(state.services, "opencl", file);
+  if (!binary) return {};
   const Platform &platform = state.platforms[device.platform];
-  const unsigned char *data = binary.data();
-  const std::size_t size = binary.size();
+  const unsigned char *data = binary->data();
+  const std::size_t size = binary->size();
   cl_int binary_status = CL_SUCCESS;
   cl_int status = CL_SUCCESS;
   cl_device_id id = device.id;
@@ -153,28 +95,7 @@ void store_binary(bp_plugin_state &state, const Device &device, cl_program progr
     log(state.services, BP_LOG_DEBUG, "'%s' gives no program binary; nothing cached", device.name.c_str());
     return;
   }
-  // Unique per process and call: hosts on several threads may store the
-  // same program at once.
-  static std::atomic<unsigned> stores{0};
-  const std::string temporary = file + ".tmp" + std::to_string(getpid()) + "." + std::to_string(stores++);
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char *>(binary.data()), static_cast<std::streamsize>(binary.size()));
-    if (!out) {
-      log(state.services, BP_LOG_WARN, "cannot write the program cache file %s; going on without it",
-          temporary.c_str());
-      std::error_code ignored;
-      std::filesystem::remove(temporary, ignored);
-      return;
-    }
-  }
-  std::error_code error;
-  std::filesystem::rename(temporary, file, error);
-  if (error) {
-    log(state.services, BP_LOG_WARN, "cannot rename %s to %s (%s); going on without a cached program",
-        temporary.c_str(), file.c_str(), error.message().c_str());
-    std::filesystem::remove(temporary, error);
-  }
+  plugin_support::write_cache_file(state.services, "opencl", file, binary.data(), binary.size());
 }
 
 }  // namespace
@@ -201,7 +122,7 @@ std::int32_t ensure_program(bp_plugin_state &state, Device &device, std::size_t 
       }
       return std::string();
     };
-    const std::string key = cache_key({kKernelSource, options, platform.name, platform.version, device.name,
+    const std::string key = plugin_support::cache_key({kKernelSource, options, platform.name, platform.version, device.name,
                                        property("version"), property("driver_version")});
     file = (std::filesystem::path(directory) / ("opencl-" + key + ".bin")).string();
     if (ProgramHandle cached = load_cached(state, device, file, options)) {
