@@ -401,81 +401,60 @@ TEST(OpenclCollectivesBarrier, CompletesOnEveryGroupSize) {
 
 // ---- the program cache -----------------------------------------------------------
 
-// Runs `body` with BACKPLANE_CACHE_DIR set to `directory`, then restores it.
-template <typename Body>
-void with_cache_dir(const std::string &directory, Body &&body) {
-  const char *old = std::getenv("BACKPLANE_CACHE_DIR");
-  const std::string saved = old ? old : "";
-  setenv("BACKPLANE_CACHE_DIR", directory.c_str(), 1);
-  body();
-  if (old)
-    setenv("BACKPLANE_CACHE_DIR", saved.c_str(), 1);
-  else
-    unsetenv("BACKPLANE_CACHE_DIR");
-}
-
-size_t files_in(const std::filesystem::path &directory) {
-  size_t count = 0;
-  for (const auto &entry : std::filesystem::directory_iterator(directory)) count += entry.is_regular_file() ? 1 : 0;
-  return count;
-}
-
 // The first host builds the program (for groups of one rank) and writes its
 // binary; the second loads it; a corrupt file is rebuilt from source and
 // replaced.
 TEST(OpenclProgramCache, FirstHostWritesSecondHostLoads) {
   TempDir cache;
-  with_cache_dir(cache.path().string(), [&] {
-    {
-      CapturedLog log("opencl:debug");
-      Host host = make_builtin_host();
-      REQUIRE_OPENCL_DEVICES(host, 1, devices);
-      ASSERT_TRUE(host.create_group(std::span<const Device>(devices.data(), 1)));
-      EXPECT_EQ(log.mentioning("built from source").size(), 1u) << log.all();
-      EXPECT_EQ(log.mentioning("loaded from the cache").size(), 0u) << log.all();
-      // A second group on the same device reuses the state's program.
-      ASSERT_TRUE(host.create_group(std::span<const Device>(devices.data(), 1)));
-      EXPECT_EQ(log.mentioning("built from source").size(), 1u) << log.all();
-    }
-    ASSERT_EQ(files_in(cache.path()), 1u);
-    const std::filesystem::path file = std::filesystem::directory_iterator(cache.path())->path();
-    EXPECT_EQ(file.filename().string().rfind("opencl-", 0), 0u) << file;
-    {
-      CapturedLog log("opencl:debug");
-      Host host = make_builtin_host();
-      REQUIRE_OPENCL_DEVICES(host, 1, devices);
-      ASSERT_TRUE(host.create_group(std::span<const Device>(devices.data(), 1)));
-      EXPECT_EQ(log.mentioning("loaded from the cache").size(), 1u) << log.all();
-      EXPECT_EQ(log.mentioning("built from source").size(), 0u) << log.all();
-    }
-    // Garbage in the file: rebuilt from source, and the file replaced.
-    { std::ofstream(file, std::ios::binary | std::ios::trunc) << "not a program binary"; }
-    {
-      CapturedLog log("opencl:debug");
-      Host host = make_builtin_host();
-      REQUIRE_OPENCL_DEVICES(host, 1, devices);
-      Group group = host.create_group(std::span<const Device>(devices.data(), 1)).value();
-      EXPECT_EQ(log.mentioning("built from source").size(), 1u) << log.all();
-      EXPECT_EQ(log.mentioning("is not usable").size(), 1u) << log.all();
-      EXPECT_TRUE(group.barrier());
-    }
-    EXPECT_GT(std::filesystem::file_size(file), 100u);
-    EXPECT_EQ(files_in(cache.path()), 1u);
-  });
+  ScopedEnvironment cache_directory("BACKPLANE_CACHE_DIR", cache.path().string());
+  {
+    CapturedLog log("opencl:debug");
+    Host host = make_builtin_host();
+    REQUIRE_OPENCL_DEVICES(host, 1, devices);
+    ASSERT_TRUE(host.create_group(std::span<const Device>(devices.data(), 1)));
+    EXPECT_EQ(log.mentioning("built from source").size(), 1u) << log.all();
+    EXPECT_EQ(log.mentioning("loaded from the cache").size(), 0u) << log.all();
+    // A second group on the same device reuses the state's program.
+    ASSERT_TRUE(host.create_group(std::span<const Device>(devices.data(), 1)));
+    EXPECT_EQ(log.mentioning("built from source").size(), 1u) << log.all();
+  }
+  ASSERT_EQ(regular_files_in(cache.path()).size(), 1u);
+  const std::filesystem::path file = std::filesystem::directory_iterator(cache.path())->path();
+  EXPECT_EQ(file.filename().string().rfind("opencl-", 0), 0u) << file;
+  {
+    CapturedLog log("opencl:debug");
+    Host host = make_builtin_host();
+    REQUIRE_OPENCL_DEVICES(host, 1, devices);
+    ASSERT_TRUE(host.create_group(std::span<const Device>(devices.data(), 1)));
+    EXPECT_EQ(log.mentioning("loaded from the cache").size(), 1u) << log.all();
+    EXPECT_EQ(log.mentioning("built from source").size(), 0u) << log.all();
+  }
+  // Garbage in the file: rebuilt from source, and the file replaced.
+  { std::ofstream(file, std::ios::binary | std::ios::trunc) << "not a program binary"; }
+  {
+    CapturedLog log("opencl:debug");
+    Host host = make_builtin_host();
+    REQUIRE_OPENCL_DEVICES(host, 1, devices);
+    Group group = host.create_group(std::span<const Device>(devices.data(), 1)).value();
+    EXPECT_EQ(log.mentioning("built from source").size(), 1u) << log.all();
+    EXPECT_EQ(log.mentioning("is not usable").size(), 1u) << log.all();
+    EXPECT_TRUE(group.barrier());
+  }
+  EXPECT_GT(std::filesystem::file_size(file), 100u);
+  EXPECT_EQ(regular_files_in(cache.path()).size(), 1u);
 }
 
 // A cache directory that cannot be created is logged, and kernels still run.
 TEST(OpenclProgramCache, UnwritableDirectoryIsLoggedAndSkipped) {
   TempDir dir;
   const std::filesystem::path blocked = dir.write_file("a-file", "x") / "cache";  // under a regular file
-  with_cache_dir(blocked.string(), [&] {
-    CapturedLog log("opencl:debug");
-    Host host = make_builtin_host();
-    REQUIRE_OPENCL_DEVICES(host, 1, devices);
-    Group group = host.create_group(std::span<const Device>(devices.data(), 1)).value();
-    EXPECT_EQ(log.mentioning("no program cache").size(), 1u) << log.all();
-    EXPECT_TRUE(group.barrier());
-  });
+  ScopedEnvironment cache_directory("BACKPLANE_CACHE_DIR", blocked.string());
+  CapturedLog log("opencl:debug");
+  Host host = make_builtin_host();
+  REQUIRE_OPENCL_DEVICES(host, 1, devices);
+  Group group = host.create_group(std::span<const Device>(devices.data(), 1)).value();
+  EXPECT_EQ(log.mentioning("no program cache").size(), 1u) << log.all();
+  EXPECT_TRUE(group.barrier());
 }
 
 // A program the driver cannot build (build options that turn the kernels'
@@ -485,28 +464,27 @@ TEST(OpenclProgramCache, UnwritableDirectoryIsLoggedAndSkipped) {
 // buffers on the device and the cpu plugin's groups still work.
 TEST(OpenclProgramBuild, FailureIsDeviceFailureWithTheBuildLog) {
   TempDir cache;
-  with_cache_dir(cache.path().string(), [&] {
-    Host host = make_builtin_host(R"({"opencl": {"build_options": "-Dkernel=int"}})");
-    REQUIRE_OPENCL_DEVICES(host, 1, devices);
-    Result<Group> group = host.create_group(std::span<const Device>(devices.data(), 1));
-    ASSERT_FALSE(group);
-    EXPECT_EQ(group.error().code(), BP_DEVICE_FAILURE) << group.error().json();
-    const std::string message(group.error().message());
-    EXPECT_NE(message.find("clBuildProgram(collectives.cl, -cl-std=CL1.2 "), std::string::npos) << message;
-    EXPECT_NE(message.find(" -Dkernel=int) on '"), std::string::npos) << message;
-    EXPECT_NE(message.find("CL_BUILD_PROGRAM_FAILURE (-11); build log: "), std::string::npos) << message;
-    EXPECT_NE(message.find("error"), std::string::npos) << "the compiler's log says nothing of an error: " << message;
-    EXPECT_EQ(files_in(cache.path()), 0u);
+  ScopedEnvironment cache_directory("BACKPLANE_CACHE_DIR", cache.path().string());
+  Host host = make_builtin_host(R"({"opencl": {"build_options": "-Dkernel=int"}})");
+  REQUIRE_OPENCL_DEVICES(host, 1, devices);
+  Result<Group> group = host.create_group(std::span<const Device>(devices.data(), 1));
+  ASSERT_FALSE(group);
+  EXPECT_EQ(group.error().code(), BP_DEVICE_FAILURE) << group.error().json();
+  const std::string message(group.error().message());
+  EXPECT_NE(message.find("clBuildProgram(collectives.cl, -cl-std=CL1.2 "), std::string::npos) << message;
+  EXPECT_NE(message.find(" -Dkernel=int) on '"), std::string::npos) << message;
+  EXPECT_NE(message.find("CL_BUILD_PROGRAM_FAILURE (-11); build log: "), std::string::npos) << message;
+  EXPECT_NE(message.find("error"), std::string::npos) << "the compiler's log says nothing of an error: " << message;
+  EXPECT_EQ(regular_files_in(cache.path()).size(), 0u);
 
-    Buffer buffer = Buffer::create(devices[0], sizeof(float)).value();
-    const float value = 1.5f;
-    float back = 0;
-    ASSERT_TRUE(buffer.write(0, &value, sizeof value));
-    ASSERT_TRUE(buffer.read(0, &back, sizeof back));
-    EXPECT_EQ(back, value);
-    Group cpus = host.create_group(std::vector<Device>{host.find_device("cpu:0").value()}).value();
-    EXPECT_TRUE(cpus.barrier());
-  });
+  Buffer buffer = Buffer::create(devices[0], sizeof(float)).value();
+  const float value = 1.5f;
+  float back = 0;
+  ASSERT_TRUE(buffer.write(0, &value, sizeof value));
+  ASSERT_TRUE(buffer.read(0, &back, sizeof back));
+  EXPECT_EQ(back, value);
+  Group cpus = host.create_group(std::vector<Device>{host.find_device("cpu:0").value()}).value();
+  EXPECT_TRUE(cpus.barrier());
 }
 
 // ---- options -------------------------------------------------------------------------

@@ -11,6 +11,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -362,6 +366,99 @@ TEST(VulkanFleet, TheExampleFleetRunsAndVerifiesEveryCase) {
   const CommandResult ran = run_cli({"run", BACKPLANE_TEST_SOURCE_DIR "/configs/vulkan.json"});
   EXPECT_EQ(ran.exit_code, 0) << ran.out;
   EXPECT_NE(ran.out.find("0 errors: OK"), std::string::npos) << ran.out;
+}
+
+// ---- the pipeline cache ---------------------------------------------------------------
+
+// Runs an all_reduce of f32 sums on two ranks of the first physical device
+// (which creates the reduction pipeline) and checks the result.
+void expect_all_reduce_runs(Host &host) {
+  REQUIRE_VULKAN_DEVICES(host, 2, devices);
+  const std::vector<Device> ranks(devices.begin(), devices.begin() + 2);
+  const size_t count = 1001;
+  std::vector<Buffer> buffers = filled_buffers<float>(ranks, count, [](size_t r) { return float(r + 1); });
+  Group group = host.create_group(ranks).value();
+  ASSERT_TRUE(group.all_reduce(raw_handles(buffers), raw_handles(buffers), count, BP_F32, BP_SUM));
+  for (size_t r = 0; r < 2; ++r) EXPECT_EQ(mismatches(buffers[r], 0, count, 3.0f), "") << "rank " << r;
+}
+
+std::string file_bytes(const std::filesystem::path &file) {
+  std::ifstream in(file, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// VkPipelineCacheHeaderVersionOne, as the spec lays it out: header size,
+// version (1), vendor id, device id (4 bytes each), then the driver's
+// 16-byte pipelineCacheUUID.
+constexpr size_t kUuidOffset = 16;
+constexpr size_t kUuidBytes = 16;
+constexpr uint32_t kHeaderVersionOne = 1;
+
+uint32_t header_version(const std::string &bytes) {
+  uint32_t version = 0;
+  if (bytes.size() >= 8) std::memcpy(&version, bytes.data() + 4, sizeof version);
+  return version;
+}
+
+// The first host writes the device's pipeline cache when it goes; the
+// second seeds its VkPipelineCache from it and, having compiled nothing
+// new, leaves the file alone; garbage and a header from another driver are
+// ignored, the collective still runs, and the file is written anew.
+TEST(VulkanPipelineCache, FirstHostWritesSecondHostLoads) {
+  constexpr const char *kOptions = R"({"vulkan": {"ranks_per_device": 2}})";
+  TempDir cache;
+  ScopedEnvironment cache_directory("BACKPLANE_CACHE_DIR", cache.path().string());
+  {
+    CapturedLog log("vulkan:debug");
+    {
+      Host host = make_builtin_host(kOptions);
+      expect_all_reduce_runs(host);
+      if (HasFatalFailure() || IsSkipped()) return;
+    }
+    EXPECT_EQ(log.mentioning("loaded from").size(), 0u) << log.all();
+    EXPECT_EQ(log.mentioning("saved to").size(), 1u) << log.all();
+  }
+  const std::vector<std::filesystem::path> files = regular_files_in(cache.path());
+  ASSERT_EQ(files.size(), 1u);
+  const std::filesystem::path file = files[0];
+  EXPECT_EQ(file.filename().string().rfind("vulkan-", 0), 0u) << file;
+  const std::string written = file_bytes(file);
+  // lavapipe (Mesa 22.3) keeps nothing beyond the header; a GPU's driver
+  // keeps its compiled pipelines there.
+  EXPECT_GE(written.size(), kUuidOffset + kUuidBytes);
+  EXPECT_EQ(header_version(written), kHeaderVersionOne);
+  {
+    CapturedLog log("vulkan:debug");
+    {
+      Host host = make_builtin_host(kOptions);
+      expect_all_reduce_runs(host);
+    }
+    EXPECT_EQ(log.mentioning("loaded from").size(), 1u) << log.all();
+    EXPECT_EQ(log.mentioning("saved to").size(), 0u) << log.all();
+  }
+  EXPECT_EQ(file_bytes(file), written);
+
+  std::string foreign_driver = written;
+  foreign_driver[kUuidOffset] = static_cast<char>(foreign_driver[kUuidOffset] ^ 0x5a);
+  const std::vector<std::pair<std::string, std::string>> unusable = {
+      {"not a pipeline cache", "shorter than a header"},
+      {foreign_driver, "pipelineCacheUUID differs"},
+  };
+  for (const auto &[bytes, why] : unusable) {
+    SCOPED_TRACE(why);
+    { std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes; }
+    CapturedLog log("vulkan:debug");
+    {
+      Host host = make_builtin_host(kOptions);
+      expect_all_reduce_runs(host);
+    }
+    EXPECT_EQ(log.mentioning("is not usable").size(), 1u) << log.all();
+    EXPECT_EQ(log.mentioning(why).size(), 1u) << log.all();
+    EXPECT_EQ(log.mentioning("saved to").size(), 1u) << log.all();
+    EXPECT_EQ(header_version(file_bytes(file)), kHeaderVersionOne);
+    EXPECT_EQ(file_bytes(file).substr(kUuidOffset, kUuidBytes), written.substr(kUuidOffset, kUuidBytes));
+    EXPECT_EQ(regular_files_in(cache.path()).size(), 1u);
+  }
 }
 
 // ---- asynchrony -------------------------------------------------------------------

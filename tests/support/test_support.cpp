@@ -158,6 +158,15 @@ std::vector<std::string> lines_of(const std::string &text) {
   return lines;
 }
 
+std::vector<std::filesystem::path> regular_files_in(const std::filesystem::path &directory) {
+  std::vector<std::filesystem::path> files;
+  for (const auto &entry : std::filesystem::directory_iterator(directory)) {
+    if (entry.is_regular_file()) files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
 std::vector<std::string> words_of(const std::string &line) {
   std::vector<std::string> words;
   std::istringstream in(line);

@@ -36,6 +36,9 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+// The regular files directly in `directory`, sorted by name.
+std::vector<std::filesystem::path> regular_files_in(const std::filesystem::path &directory);
+
 // The path of a built plugin of this repository, e.g. plugin_path("cpu").
 std::filesystem::path plugin_path(const std::string &name);
 // The path of a fixture plugin, e.g. fixture_path("good").

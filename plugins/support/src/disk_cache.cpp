@@ -89,7 +89,7 @@ std::optional<std::vector<unsigned char>> read_cache_file(const bp_host_services
   return bytes;
 }
 
-void write_cache_file(const bp_host_services *services, const char *category, const std::string &file,
+bool write_cache_file(const bp_host_services *services, const char *category, const std::string &file,
                       const void *bytes, std::size_t size) {
   // Unique per process and call: several threads or processes may store
   // the same file at once.
@@ -102,7 +102,7 @@ void write_cache_file(const bp_host_services *services, const char *category, co
       log(services, BP_LOG_WARN, category, "cannot write the cache file %s; going on without it", temporary.c_str());
       std::error_code ignored;
       std::filesystem::remove(temporary, ignored);
-      return;
+      return false;
     }
   }
   std::error_code error;
@@ -111,7 +111,9 @@ void write_cache_file(const bp_host_services *services, const char *category, co
     log(services, BP_LOG_WARN, category, "cannot rename %s to %s (%s); going on without it", temporary.c_str(),
         file.c_str(), error.message().c_str());
     std::filesystem::remove(temporary, error);
+    return false;
   }
+  return true;
 }
 
 }  // namespace backplane::plugin_support

@@ -136,7 +136,7 @@ namespace backplane::vulkan {
 namespace {
 
 // A compute pipeline of `shader` with `layout`, specialised with INPUTS =
-// `texel_inputs` when that is not 0.
+// `texel_inputs` when that is not 0. Caller holds pipeline_mutex.
 std::int32_t create_pipeline(const bp_host_services *services, bp_error_sink *sink, Gpu &gpu,
                              const EmbeddedShader &shader, VkPipelineLayout layout, std::uint32_t texel_inputs,
                              VkPipeline *out) {
@@ -157,12 +157,14 @@ std::int32_t create_pipeline(const bp_host_services *services, bp_error_sink *si
   pipeline_info.stage.pName = "main";
   pipeline_info.stage.pSpecializationInfo = texel_inputs != 0 ? &specialization : nullptr;
   pipeline_info.layout = layout;
+  if (!gpu.pipeline_cache_opened) open_pipeline_cache(services, gpu);
   result = gpu.vk.vkCreateComputePipelines(gpu.device, gpu.pipeline_cache, 1, &pipeline_info, nullptr, out);
   gpu.vk.vkDestroyShaderModule(gpu.device, module, nullptr);
   if (result != VK_SUCCESS) {
     *out = VK_NULL_HANDLE;
     return fail_vk(services, sink, gpu, result, "vkCreateComputePipelines", "reduce.comp");
   }
+  gpu.pipeline_created = true;
   return BP_OK;
 }
 

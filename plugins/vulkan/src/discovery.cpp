@@ -273,13 +273,6 @@ bool open_gpu(const bp_plugin_state &state, Gpu &gpu, std::string *why) {
     *why = "vkCreatePipelineLayout: " + result_name(result);
     return false;
   }
-  VkPipelineCacheCreateInfo cache_info{};
-  cache_info.sType = VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO;
-  if (const VkResult result = gpu.vk.vkCreatePipelineCache(gpu.device, &cache_info, nullptr, &gpu.pipeline_cache);
-      result != VK_SUCCESS) {
-    *why = "vkCreatePipelineCache: " + result_name(result);
-    return false;
-  }
 
   VkCommandPoolCreateInfo pool_info{};
   pool_info.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO;
@@ -334,6 +327,10 @@ std::unique_ptr<Gpu> describe_gpu(const bp_plugin_state &state, VkPhysicalDevice
   gpu->type = core.deviceType;
   gpu->limits = core.limits;
   gpu->max_allocation_bytes = properties11.maxMemoryAllocationSize;
+  gpu->vendor_id = core.vendorID;
+  gpu->device_id = core.deviceID;
+  gpu->driver_version = core.driverVersion;
+  std::memcpy(gpu->pipeline_cache_uuid.data(), core.pipelineCacheUUID, VK_UUID_SIZE);
   state.vk.vkGetPhysicalDeviceMemoryProperties(physical, &gpu->memory_properties);
 
   const FeatureSet supported = supported_features(state.vk, physical);
@@ -462,6 +459,7 @@ void forget_devices(bp_plugin_state &state) {
     state.retired_devices.push_back(std::move(device));
   }
   state.devices.clear();
+  for (const auto &gpu : state.gpus) save_pipeline_cache(state.services, *gpu);
   state.gpus.clear();
   if (state.messenger != VK_NULL_HANDLE) state.vk.vkDestroyDebugUtilsMessengerEXT(state.instance, state.messenger, nullptr);
   state.messenger = VK_NULL_HANDLE;

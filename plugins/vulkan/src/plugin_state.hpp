@@ -74,6 +74,11 @@ struct Gpu {
   VkPhysicalDeviceType type = VK_PHYSICAL_DEVICE_TYPE_OTHER;
   VkPhysicalDeviceLimits limits{};
   VkDeviceSize max_allocation_bytes = 0;  // maxMemoryAllocationSize
+  // What a pipeline cache's header names (VkPipelineCacheHeaderVersionOne).
+  std::uint32_t vendor_id = 0;
+  std::uint32_t device_id = 0;
+  std::uint32_t driver_version = 0;
+  std::array<std::uint8_t, VK_UUID_SIZE> pipeline_cache_uuid{};
   VkPhysicalDeviceMemoryProperties memory_properties{};
   FeatureSet features = 0;  // supported and not disabled: what the VkDevice enables
   std::uint32_t queue_family = 0;
@@ -101,7 +106,15 @@ struct Gpu {
   // created at first use; guarded by pipeline_mutex.
   std::mutex pipeline_mutex;
   VkPipelineLayout pipeline_layout = VK_NULL_HANDLE;
+  // Seeded from and saved to pipeline_cache_file (pipeline_cache.cpp; empty:
+  // no cache directory). Written back only when a pipeline was created
+  // since and the driver's data is not the size it was read at: a process
+  // whose pipelines all came from the file leaves the file alone.
   VkPipelineCache pipeline_cache = VK_NULL_HANDLE;
+  std::string pipeline_cache_file;
+  std::size_t pipeline_cache_loaded_bytes = 0;
+  bool pipeline_cache_opened = false;
+  bool pipeline_created = false;
   std::array<VkPipeline, kShaderVariants> pipelines{};
 
   // Reductions whose inputs are uniform texel buffers (reduce.comp,
@@ -226,6 +239,16 @@ std::int32_t submit(const bp_host_services *services, bp_error_sink *sink, Gpu &
 // Waits until the timeline reaches `value`; timeout_ns < 0: no limit.
 // VK_TIMEOUT is returned as is (no report), for the caller to word.
 VkResult wait_for(Gpu &gpu, std::uint64_t value, std::int64_t timeout_ns);
+
+// pipeline_cache.cpp: creates gpu.pipeline_cache (at the device's first
+// pipeline: a process that runs no collective reads no file), seeded from
+// the device's cache file when the file's header is this device's and
+// driver's; left VK_NULL_HANDLE if the driver refuses even an empty one.
+// The caller holds gpu.pipeline_mutex.
+void open_pipeline_cache(const bp_host_services *services, Gpu &gpu);
+// Writes the cache file when pipelines went in since it was read; failures
+// are logged and change nothing else.
+void save_pipeline_cache(const bp_host_services *services, Gpu &gpu);
 
 // discovery.cpp: finds the devices under `options` (the loader, the
 // instance, each physical device's VkDevice). Replaces what the state held;

@@ -41,9 +41,9 @@ std::string cache_key(const std::vector<std::string> &parts);
 std::optional<std::vector<unsigned char>> read_cache_file(const bp_host_services *services, const char *category,
                                                           const std::string &file);
 
-// Writes `bytes` to `file` through a temporary name and a rename; failures
-// are logged as warnings and leave no temporary behind.
-void write_cache_file(const bp_host_services *services, const char *category, const std::string &file,
+// Writes `bytes` to `file` through a temporary name and a rename; false
+// when that failed (logged as a warning, no temporary left behind).
+bool write_cache_file(const bp_host_services *services, const char *category, const std::string &file,
                       const void *bytes, std::size_t size);
 
 }  // namespace backplane::plugin_support
