@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -341,6 +342,51 @@ TEST(VulkanCollectives, ReduceInputsFollowTheOptionAndTheRankLimit) {
     }
     expect_no_validation_messages(log);
   }
+}
+
+// Texel-buffer reductions view four elements to a texel and take the
+// count % 4 after the last texel by address; a dispatch holds at most
+// maxTexelBufferElements elements, and a last piece of fewer than 4 has no
+// texel at all. Each element differs (rank r's element i is (7i + r) mod
+// 251), so an element put in another's place shows; in place and out of
+// place, under the validation layer.
+TEST(VulkanCollectives, TexelBuffersCoverEveryTailAndPiece) {
+  CapturedLog log;
+  Host host = make_builtin_host(kTwoRanks);
+  REQUIRE_VULKAN_DEVICES(host, 2, devices);
+  if (property(devices[0].info().value(), "reduce_inputs").rfind("texel_buffers", 0) != 0) {
+    GTEST_SKIP() << "the device reads by address: " << property(devices[0].info().value(), "reduce_inputs");
+  }
+  const std::vector<Device> ranks(devices.begin(), devices.begin() + 2);
+  Group group = host.create_group(ranks).value();
+  const auto value = [](size_t r, size_t i) { return uint8_t((7 * i + r) % 251); };
+  const size_t piece = std::bit_floor(std::min<size_t>(size_t{1} << 30, 134217728));  // lavapipe's maxTexelBufferElements
+  for (const size_t count : {size_t{4}, size_t{5}, size_t{4099}, piece + 3}) {
+    for (const bool in_place : {true, false}) {
+      SCOPED_TRACE(std::to_string(count) + (in_place ? " in place" : " out of place"));
+      std::vector<Buffer> send, recv;
+      for (size_t r = 0; r < 2; ++r) {
+        std::vector<uint8_t> values(count);
+        for (size_t i = 0; i < count; ++i) values[i] = value(r, i);
+        send.push_back(Buffer::create(ranks[r], count).value());
+        ASSERT_TRUE(send.back().write(std::span<const uint8_t>(values)));
+        if (!in_place) recv.push_back(Buffer::create(ranks[r], count).value());
+      }
+      const std::vector<bp_buffer *> out = raw_handles(in_place ? send : recv);
+      ASSERT_TRUE(group.all_reduce(raw_handles(send), out, count, BP_U8, BP_SUM));
+      for (size_t r = 0; r < 2; ++r) {
+        std::vector<uint8_t> got(count);
+        ASSERT_TRUE((in_place ? send : recv)[r].read(0, got.data(), count));
+        size_t wrong = 0, first_wrong = 0;
+        for (size_t i = 0; i < count; ++i) {
+          if (got[i] == uint8_t(value(0, i) + value(1, i))) continue;
+          if (wrong++ == 0) first_wrong = i;
+        }
+        EXPECT_EQ(wrong, 0u) << "rank " << r << ": first wrong at " << first_wrong << " of " << count;
+      }
+    }
+  }
+  expect_no_validation_messages(log);
 }
 
 // 300 MiB per rank: past lavapipe's maxStorageBufferRange (128 MiB), every

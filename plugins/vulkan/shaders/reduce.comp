@@ -1,21 +1,24 @@
 // One reduction, generated per element type and op by the build: defines
 // DTYPE_<F16|BF16|F32|F64|I8|U8|I32|U32|I64|U64> and OP_<SUM|PROD|MIN|MAX|AVG>,
-// and TEXEL_INPUTS for the second way of reading the inputs.
+// and TEXEL_BUFFERS for the second way of reaching the buffers.
 //
 // output[k][i] = op over inputs j of input[j][i], for i < count: every input
-// read once, every output written once, any number of each. The outputs are
-// reached by address (GL_EXT_buffer_reference) through a table in memory.
-// The inputs are read one of two ways:
-// - by address too, through the same table (inputs, then outputs): one
-//   pipeline serves any rank count, and no descriptor or range limit bounds
-//   a dispatch. The way of GPUs, where such loads are plain global loads.
-// - TEXEL_INPUTS: as uniform texel buffers, an array of INPUTS descriptors
-//   (a specialization constant: one pipeline per rank count, the inputs
-//   combined in straight-line code). llvmpipe (lavapipe) turns every load through an
-//   address into a gather it cannot vectorise, and fetches from texel
-//   buffers as vectors: 2-3x the bandwidth there (plugins/vulkan/README.md).
-// Outputs may be inputs (in place): an invocation reads all of element i
-// before it writes it. Elements are visited grid-stride, so a dispatch of
+// read once, every output written once, any number of each. Two ways:
+// - by address (GL_EXT_buffer_reference), through a table in memory (the
+//   inputs, then the outputs): one pipeline serves any rank count, and no
+//   descriptor or range limit bounds a dispatch. The way of GPUs, where such
+//   accesses are plain global loads and stores.
+// - TEXEL_BUFFERS: inputs as uniform texel buffers, outputs as storage texel
+//   buffers, each viewed four elements to a texel; arrays of INPUTS and
+//   OUTPUTS descriptors (specialization constants: one pipeline per shape,
+//   combined in straight-line code). llvmpipe (lavapipe) loads and stores
+//   through an address lane by lane, element by element, and fetches and
+//   stores texels as vectors: a 64 MiB all_reduce on 2 ranks took 183 ms by
+//   address and 32 ms this way (plugins/vulkan/README.md). The count % 4
+//   elements after the last whole texel go by address, through the same
+//   table.
+// Outputs may be inputs (in place): an invocation reads all of its elements
+// before it writes them. Elements are visited grid-stride, so a dispatch of
 // any size covers any count (the plugin keeps count below 2^31, so the index
 // never wraps).
 #version 460
@@ -99,48 +102,83 @@ STORED store_element(ACC x) { return x; }
 #define WORK STORED  // the type the result is held in before it is stored
 #endif
 
-#if defined(TEXEL_INPUTS)
-// The sampler type of the format the plugin views the inputs with
-// (kTexelFormats in collectives.cpp), and an element of what it fetches.
+#if defined(TEXEL_BUFFERS)
+// Per element type: the sampler type the inputs are fetched with and the
+// image type the outputs are stored with, both viewed four elements to a
+// texel (kTexelFormats in discovery.cpp, whose formats match these
+// qualifiers); the vector the four are combined in; FETCHED widens what a
+// fetch returns to it, TO_TEXEL narrows a result to what the image takes,
+// wrapping integers as the scalar path's conversions do (a store of a value
+// the format cannot hold is not defined).
 #if defined(DTYPE_F16) || defined(DTYPE_F32)
 #define TEXELS samplerBuffer
+#define IMAGE imageBuffer
+#if defined(DTYPE_F16)
+#define IMAGE_FORMAT rgba16f
+#else
+#define IMAGE_FORMAT rgba32f
+#endif
+#define VEC vec4
+#define TEXEL_OUT vec4
 #define FETCHED(x) (x)
+#define TO_TEXEL(x) (x)
 #elif defined(DTYPE_BF16)
 #define TEXELS usamplerBuffer
+#define IMAGE uimageBuffer
+#define IMAGE_FORMAT rgba16ui
+#define VEC vec4
+#define TEXEL_OUT uvec4
 #define FETCHED(x) uintBitsToFloat((x) << 16)
+uvec4 TO_TEXEL(vec4 x) {
+  const uvec4 bits = floatBitsToUint(x);
+  const uvec4 rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+  return mix(rounded, (bits >> 16) | 0x40u, isnan(x));
+}
 #elif defined(DTYPE_I8) || defined(DTYPE_I32)
 #define TEXELS isamplerBuffer
-#define FETCHED(x) ACC(x)
+#define IMAGE iimageBuffer
+#define VEC ivec4
+#define TEXEL_OUT ivec4
+#define FETCHED(x) (x)
+#if defined(DTYPE_I8)
+#define IMAGE_FORMAT rgba8i
+#define TO_TEXEL(x) (((x) << 24) >> 24)
+#else
+#define IMAGE_FORMAT rgba32i
+#define TO_TEXEL(x) (x)
+#endif
 #elif defined(DTYPE_U8) || defined(DTYPE_U32)
 #define TEXELS usamplerBuffer
-#define FETCHED(x) ACC(x)
+#define IMAGE uimageBuffer
+#define VEC uvec4
+#define TEXEL_OUT uvec4
+#define FETCHED(x) (x)
+#if defined(DTYPE_U8)
+#define IMAGE_FORMAT rgba8ui
+#define TO_TEXEL(x) ((x) & 0xFFu)
+#else
+#define IMAGE_FORMAT rgba32ui
+#define TO_TEXEL(x) (x)
+#endif
 #else
 #error "no texel format for this element type: the plugin reads it by address"
 #endif
-#define MAX_TEXEL_INPUTS 32  // kMaxTexelInputs in plugin_state.hpp
-// The plugin specialises INPUTS to the rank count; the default is the most,
-// so that the compiler's bounds check passes every index below.
-layout(constant_id = 0) const uint INPUTS = MAX_TEXEL_INPUTS;
+#define MAX_TEXEL_VIEWS 32  // kMaxTexelViews in plugin_state.hpp, for inputs and for outputs
+// The plugin specialises INPUTS and OUTPUTS to the call's; the defaults
+// are the most, so that the compiler's bounds checks pass every index below.
+layout(constant_id = 0) const uint INPUTS = MAX_TEXEL_VIEWS;
+layout(constant_id = 1) const uint OUTPUTS = MAX_TEXEL_VIEWS;
 layout(set = 0, binding = 0) uniform TEXELS input_texels[INPUTS];
-#define LOAD_INPUT(j, i) FETCHED(texelFetch(input_texels[j], int(i)).x)
-// Indexed by constants only (drivers need not have
-// shaderUniformTexelBufferArrayDynamicIndexing; lavapipe has not): input j
-// is combined where INPUTS > j, which specialization decides.
-#define COMBINE_INPUT(j) if (INPUTS > j) result = COMBINE(result, LOAD_INPUT(j, i))
-#define COMBINE_INPUTS_AFTER_0                                                                      \
-  COMBINE_INPUT(1); COMBINE_INPUT(2); COMBINE_INPUT(3); COMBINE_INPUT(4); COMBINE_INPUT(5);         \
-  COMBINE_INPUT(6); COMBINE_INPUT(7); COMBINE_INPUT(8); COMBINE_INPUT(9); COMBINE_INPUT(10);        \
-  COMBINE_INPUT(11); COMBINE_INPUT(12); COMBINE_INPUT(13); COMBINE_INPUT(14); COMBINE_INPUT(15);    \
-  COMBINE_INPUT(16); COMBINE_INPUT(17); COMBINE_INPUT(18); COMBINE_INPUT(19); COMBINE_INPUT(20);    \
-  COMBINE_INPUT(21); COMBINE_INPUT(22); COMBINE_INPUT(23); COMBINE_INPUT(24); COMBINE_INPUT(25);    \
-  COMBINE_INPUT(26); COMBINE_INPUT(27); COMBINE_INPUT(28); COMBINE_INPUT(29); COMBINE_INPUT(30);    \
-  COMBINE_INPUT(31)
-#define OUTPUT_ENTRY(k) (k)
-#else
-#define LOAD_INPUT(j, i) load_element(Elements(table.address[j]).value[i])
-#define COMBINE_INPUTS_AFTER_0 \
-  for (uint j = 1; j < arguments.inputs; ++j) result = COMBINE(result, LOAD_INPUT(j, i))
-#define OUTPUT_ENTRY(k) (arguments.inputs + (k))
+layout(set = 0, binding = 1, IMAGE_FORMAT) uniform writeonly IMAGE output_texels[OUTPUTS];
+// Indexed by constants only (drivers need not have dynamic indexing of
+// texel buffer arrays; lavapipe has not): view j is used where INPUTS > j
+// (OUTPUTS > k), which specialization decides.
+#define COMBINE_TEXEL(j) if (INPUTS > j) result = COMBINE(result, VEC(FETCHED(texelFetch(input_texels[j], int(t)))))
+#define STORE_TEXEL(k) if (OUTPUTS > k) imageStore(output_texels[k], int(t), stored)
+#define FOR_VIEWS_AFTER_0(X)                                                                       \
+  X(1); X(2); X(3); X(4); X(5); X(6); X(7); X(8); X(9); X(10); X(11); X(12); X(13); X(14); X(15);  \
+  X(16); X(17); X(18); X(19); X(20); X(21); X(22); X(23); X(24); X(25); X(26); X(27); X(28);       \
+  X(29); X(30); X(31)
 #endif
 
 #if defined(OP_SUM) || defined(OP_AVG)
@@ -166,25 +204,48 @@ layout(buffer_reference, std430, buffer_reference_align = 8) readonly buffer Add
 
 // ReduceArguments in plugin_state.hpp.
 layout(push_constant) uniform Arguments {
-  uvec2 table;  // AddressTable: `inputs` addresses (unless TEXEL_INPUTS), then `outputs`
+  uvec2 table;  // AddressTable: `inputs` addresses, then `outputs`
   uint count;
   uint inputs;
   uint outputs;
   uint ranks;  // avg's divisor
 } arguments;
 
+// Element i by address: the table holds the inputs' addresses, then the
+// outputs'.
+void reduce_element(AddressTable table, uint i) {
+  ACC result = load_element(Elements(table.address[0]).value[i]);
+  for (uint j = 1; j < arguments.inputs; ++j) {
+    result = COMBINE(result, load_element(Elements(table.address[j]).value[i]));
+  }
+#if defined(OP_AVG)
+  result /= ACC(arguments.ranks);
+#endif
+  const WORK stored = store_element(result);
+  for (uint k = 0; k < arguments.outputs; ++k) {
+    Elements(table.address[arguments.inputs + k]).value[i] = STORED(stored);
+  }
+}
+
 void main() {
   AddressTable table = AddressTable(arguments.table);
   const uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
-  for (uint i = gl_GlobalInvocationID.x; i < arguments.count; i += stride) {
-    ACC result = LOAD_INPUT(0, i);
-    COMBINE_INPUTS_AFTER_0;
+#if defined(TEXEL_BUFFERS)
+  // Whole texels of four elements through the views, then the count % 4
+  // elements after them by address.
+  const uint texels = arguments.count / 4;
+  for (uint t = gl_GlobalInvocationID.x; t < texels; t += stride) {
+    VEC result = VEC(FETCHED(texelFetch(input_texels[0], int(t))));
+    FOR_VIEWS_AFTER_0(COMBINE_TEXEL);
 #if defined(OP_AVG)
-    result /= ACC(arguments.ranks);
+    result /= VEC(arguments.ranks);
 #endif
-    const WORK stored = store_element(result);
-    for (uint k = 0; k < arguments.outputs; ++k) {
-      Elements(table.address[OUTPUT_ENTRY(k)]).value[i] = STORED(stored);
-    }
+    const TEXEL_OUT stored = TO_TEXEL(result);
+    STORE_TEXEL(0);
+    FOR_VIEWS_AFTER_0(STORE_TEXEL);
   }
+  if (gl_GlobalInvocationID.x < arguments.count % 4) reduce_element(table, texels * 4 + gl_GlobalInvocationID.x);
+#else
+  for (uint i = gl_GlobalInvocationID.x; i < arguments.count; i += stride) reduce_element(table, i);
+#endif
 }

@@ -8,15 +8,16 @@
 // command): data movement (broadcast, gather, scatter, all_gather,
 // all_to_all) is vkCmdCopyBuffer, reductions are dispatches of
 // shaders/reduce.comp, which reads every input once and writes every output
-// once for any number of ranks, its outputs (and by default its inputs)
-// reached by device address through a table in host-visible memory. Where
-// Gpu::texel_inputs says so (CPU devices: llvmpipe gathers element by
-// element on address loads, so a reduction ran at ~0.03x of a copy), the
-// inputs are instead uniform texel buffers, one view per rank and dispatch,
-// pushed with VK_KHR_push_descriptor; views live as long as the slot's
-// command buffer (destroyed when the slot records its next call). Each
-// submission waits for the
-// device's previous one and signals the next value of its timeline
+// once for any number of ranks, its buffers reached by device address
+// through a table in host-visible memory. Where Gpu::texel_buffers says so
+// (CPU devices: llvmpipe loads and stores through addresses element by
+// element, so a reduction ran at ~0.05x of a copy), the inputs are instead
+// uniform texel buffers and the outputs storage texel buffers, four
+// elements to a texel, one view per buffer and dispatch, pushed with
+// VK_KHR_push_descriptor (the count % 4 elements after the last texel still
+// go by address); views live as long as the slot's command buffer
+// (destroyed when the slot records its next call). Each submission waits
+// for the device's previous one and signals the next value of its timeline
 // semaphore (memory.cpp, submit): requests of one comm, and of every comm
 // on the device, complete in start order, and each sees what the ones
 // before it wrote.
@@ -44,6 +45,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 
@@ -56,6 +58,11 @@ namespace {
 constexpr std::uint32_t kWorkGroupSize = 256;  // local_size_x of reduce.comp
 constexpr std::size_t kMaxDispatchElements = std::size_t{1} << 30;
 constexpr std::uint32_t kMaxWorkGroups = 65535;
+// On a CPU device each work group costs a task of the driver's thread pool:
+// llvmpipe spent ~70 ms of a 64 MiB all_reduce's 183 ms starting 65535
+// groups; 256 keep any thread count busy.
+constexpr std::uint32_t kCpuDeviceWorkGroups = 256;
+constexpr std::size_t kTexelElements = 4;  // elements per texel of the texel-buffer views
 
 const std::size_t kDtypeSizes[BP_DTYPE_COUNT] = {2, 2, 4, 8, 1, 1, 4, 4, 8, 8};
 const char *const kCollectiveNames[BP_COLLECTIVE_COUNT] = {
@@ -79,8 +86,8 @@ struct Place {
 };
 
 // One dispatch of a reduction: `count` elements, its addresses at
-// `first_entry` of the table (inputs unless texel inputs, then outputs),
-// its texel inputs' views at `first_view` of the slot's.
+// `first_entry` of the table (inputs, then outputs), with texel buffers its
+// views (inputs, then outputs) at `first_view` of the slot's.
 struct Dispatch {
   std::size_t first_entry = 0, first_view = 0;
   std::uint32_t count = 0, inputs = 0, outputs = 0;
@@ -135,10 +142,11 @@ bp_plugin_comm::~bp_plugin_comm() {
 namespace backplane::vulkan {
 namespace {
 
-// A compute pipeline of `shader` with `layout`, specialised with INPUTS =
-// `texel_inputs` when that is not 0. Caller holds pipeline_mutex.
+// A compute pipeline of `shader` with `layout`, specialised with INPUTS and
+// OUTPUTS of `texel` when that is not empty (inputs 0: by address). Caller
+// holds pipeline_mutex.
 std::int32_t create_pipeline(const bp_host_services *services, bp_error_sink *sink, Gpu &gpu,
-                             const EmbeddedShader &shader, VkPipelineLayout layout, std::uint32_t texel_inputs,
+                             const EmbeddedShader &shader, VkPipelineLayout layout, const Gpu::TexelShape &texel,
                              VkPipeline *out) {
   VkShaderModuleCreateInfo module_info{};
   module_info.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO;
@@ -147,15 +155,18 @@ std::int32_t create_pipeline(const bp_host_services *services, bp_error_sink *si
   VkShaderModule module = VK_NULL_HANDLE;
   VkResult result = gpu.vk.vkCreateShaderModule(gpu.device, &module_info, nullptr, &module);
   if (result != VK_SUCCESS) return fail_vk(services, sink, gpu, result, "vkCreateShaderModule", "reduce.comp");
-  const VkSpecializationMapEntry inputs_entry{0, 0, sizeof(std::uint32_t)};
-  const VkSpecializationInfo specialization{1, &inputs_entry, sizeof texel_inputs, &texel_inputs};
+  const std::array<VkSpecializationMapEntry, 2> entries = {
+      VkSpecializationMapEntry{0, offsetof(Gpu::TexelShape, inputs), sizeof(std::uint32_t)},
+      VkSpecializationMapEntry{1, offsetof(Gpu::TexelShape, outputs), sizeof(std::uint32_t)}};
+  const VkSpecializationInfo specialization{static_cast<std::uint32_t>(entries.size()), entries.data(), sizeof texel,
+                                            &texel};
   VkComputePipelineCreateInfo pipeline_info{};
   pipeline_info.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO;
   pipeline_info.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
   pipeline_info.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
   pipeline_info.stage.module = module;
   pipeline_info.stage.pName = "main";
-  pipeline_info.stage.pSpecializationInfo = texel_inputs != 0 ? &specialization : nullptr;
+  pipeline_info.stage.pSpecializationInfo = texel.inputs != 0 ? &specialization : nullptr;
   pipeline_info.layout = layout;
   if (!gpu.pipeline_cache_opened) open_pipeline_cache(services, gpu);
   result = gpu.vk.vkCreateComputePipelines(gpu.device, gpu.pipeline_cache, 1, &pipeline_info, nullptr, out);
@@ -168,25 +179,29 @@ std::int32_t create_pipeline(const bp_host_services *services, bp_error_sink *si
   return BP_OK;
 }
 
-// The layouts of texel-input reductions over `inputs` ranks: `inputs`
-// uniform texel buffers at binding 0, pushed per dispatch. Caller holds
-// pipeline_mutex.
-std::int32_t texel_layout(const bp_host_services *services, bp_error_sink *sink, Gpu &gpu, std::uint32_t inputs,
-                          Gpu::TexelLayout *out) {
-  if (const auto found = gpu.texel_layouts.find(inputs); found != gpu.texel_layouts.end()) {
+// The layout of texel-buffer reductions of `shape`: its inputs as uniform
+// texel buffers at binding 0, its outputs as storage texel buffers at
+// binding 1, pushed per dispatch. Caller holds pipeline_mutex.
+std::int32_t texel_layout(const bp_host_services *services, bp_error_sink *sink, Gpu &gpu,
+                          const Gpu::TexelShape &shape, Gpu::TexelLayout *out) {
+  if (const auto found = gpu.texel_layouts.find(shape); found != gpu.texel_layouts.end()) {
     *out = found->second;
     return BP_OK;
   }
-  VkDescriptorSetLayoutBinding binding{};
-  binding.binding = 0;
-  binding.descriptorType = VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER;
-  binding.descriptorCount = inputs;
-  binding.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
+  std::array<VkDescriptorSetLayoutBinding, 2> bindings{};
+  bindings[0].binding = 0;
+  bindings[0].descriptorType = VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER;
+  bindings[0].descriptorCount = shape.inputs;
+  bindings[0].stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
+  bindings[1].binding = 1;
+  bindings[1].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_TEXEL_BUFFER;
+  bindings[1].descriptorCount = shape.outputs;
+  bindings[1].stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
   VkDescriptorSetLayoutCreateInfo set_info{};
   set_info.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO;
   set_info.flags = VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR;
-  set_info.bindingCount = 1;
-  set_info.pBindings = &binding;
+  set_info.bindingCount = static_cast<std::uint32_t>(bindings.size());
+  set_info.pBindings = bindings.data();
   Gpu::TexelLayout layout;
   VkResult result = gpu.vk.vkCreateDescriptorSetLayout(gpu.device, &set_info, nullptr, &layout.set_layout);
   if (result != VK_SUCCESS) return fail_vk(services, sink, gpu, result, "vkCreateDescriptorSetLayout", "reduce.comp");
@@ -202,41 +217,43 @@ std::int32_t texel_layout(const bp_host_services *services, bp_error_sink *sink,
     gpu.vk.vkDestroyDescriptorSetLayout(gpu.device, layout.set_layout, nullptr);
     return fail_vk(services, sink, gpu, result, "vkCreatePipelineLayout", "reduce.comp");
   }
-  gpu.texel_layouts.emplace(inputs, layout);
+  gpu.texel_layouts.emplace(shape, layout);
   *out = layout;
   return BP_OK;
 }
 
 // The reduction pipeline of (dtype, op) on `gpu` and its layout, created at
-// first use: reading `texel_inputs` texel buffers, or (0) by address.
+// first use: through texel buffers of `texel`'s shape, or (inputs 0) by
+// address.
 std::int32_t reduce_pipeline(const bp_host_services *services, bp_error_sink *sink, Gpu &gpu, std::uint32_t dtype,
-                             std::uint32_t op, std::uint32_t texel_inputs, VkPipeline *out,
+                             std::uint32_t op, const Gpu::TexelShape &texel, VkPipeline *out,
                              VkPipelineLayout *layout_out) {
   std::lock_guard<std::mutex> lock(gpu.pipeline_mutex);
   const std::size_t variant = shader_variant(dtype, op);
-  const EmbeddedShader &shader = texel_inputs != 0 ? kTexelReduceShaders[variant] : kReduceShaders[variant];
+  const EmbeddedShader &shader = texel.inputs != 0 ? kTexelReduceShaders[variant] : kReduceShaders[variant];
   if (shader.words == nullptr) {
     return fail(services, sink, BP_INTERNAL, "vulkan: no %sshader for element type %u and op %u (a plugin bug)",
-                texel_inputs != 0 ? "texel-input " : "", static_cast<unsigned>(dtype), static_cast<unsigned>(op));
+                texel.inputs != 0 ? "texel-buffer " : "", static_cast<unsigned>(dtype), static_cast<unsigned>(op));
   }
-  if (texel_inputs == 0) {
+  if (texel.inputs == 0) {
     *layout_out = gpu.pipeline_layout;
     if (gpu.pipelines[variant] == VK_NULL_HANDLE) {
-      BP_VULKAN_CHECK(create_pipeline(services, sink, gpu, shader, gpu.pipeline_layout, 0, &gpu.pipelines[variant]));
+      BP_VULKAN_CHECK(
+          create_pipeline(services, sink, gpu, shader, gpu.pipeline_layout, texel, &gpu.pipelines[variant]));
     }
     *out = gpu.pipelines[variant];
     return BP_OK;
   }
   Gpu::TexelLayout layout;
-  BP_VULKAN_CHECK(texel_layout(services, sink, gpu, texel_inputs, &layout));
+  BP_VULKAN_CHECK(texel_layout(services, sink, gpu, texel, &layout));
   *layout_out = layout.pipeline_layout;
-  const auto key = std::make_pair(variant, texel_inputs);
+  const auto key = std::make_pair(variant, texel);
   if (const auto found = gpu.texel_pipelines.find(key); found != gpu.texel_pipelines.end()) {
     *out = found->second;
     return BP_OK;
   }
   VkPipeline pipeline = VK_NULL_HANDLE;
-  BP_VULKAN_CHECK(create_pipeline(services, sink, gpu, shader, layout.pipeline_layout, texel_inputs, &pipeline));
+  BP_VULKAN_CHECK(create_pipeline(services, sink, gpu, shader, layout.pipeline_layout, texel, &pipeline));
   gpu.texel_pipelines.emplace(key, pipeline);
   *out = pipeline;
   return BP_OK;
@@ -266,12 +283,14 @@ struct Call {
     recorded = true;
   }
 
-  // Whether this call's reductions read their inputs as texel buffers: the
-  // device does (Gpu::texel_inputs), has a format for the element type and
-  // enough descriptors for the ranks, and every view starts aligned (a
-  // reduce_scatter's blocks may not).
-  bool choose_texel_inputs() const {
-    if (!gpu.texel_inputs || gpu.texel_formats[args.dtype] == VK_FORMAT_UNDEFINED || n > gpu.max_texel_inputs) {
+  // Whether this call's reductions go through texel buffers: the device
+  // does (Gpu::texel_buffers), has a format for the element type and enough
+  // descriptors for the inputs and outputs, the call has a whole texel, and
+  // every view starts aligned (a reduce_scatter's blocks may not).
+  bool choose_texel_buffers() const {
+    const std::size_t outputs = args.collective == BP_ALL_REDUCE ? n : 1;
+    if (!gpu.texel_buffers || gpu.texel_formats[args.dtype] == VK_FORMAT_UNDEFINED ||
+        n + outputs > gpu.max_texel_views || args.count < kTexelElements) {
       return false;
     }
     const std::size_t alignment = std::max<VkDeviceSize>(gpu.limits.minTexelBufferOffsetAlignment, 1);
@@ -279,43 +298,52 @@ struct Call {
   }
 
   // The elements one dispatch covers: kMaxDispatchElements, and with texel
-  // inputs no more than a view holds (a power of two, so that every later
-  // view starts aligned).
+  // buffers no more than a view holds counted in elements (a power of two,
+  // so that every later view starts aligned).
   std::size_t dispatch_elements(bool texel) const {
     if (!texel) return kMaxDispatchElements;
     return std::bit_floor(std::min<std::size_t>(kMaxDispatchElements, gpu.limits.maxTexelBufferElements));
   }
 
+  // A view of `texels` texels of `place`'s buffer from `skip` bytes on, into
+  // the slot's views.
+  std::int32_t add_view(Slot &slot, const Place &place, std::size_t skip, std::size_t texels) {
+    VkBufferViewCreateInfo view_info{};
+    view_info.sType = VK_STRUCTURE_TYPE_BUFFER_VIEW_CREATE_INFO;
+    view_info.buffer = place.block->buffer;
+    view_info.format = gpu.texel_formats[args.dtype];
+    view_info.offset = place.offset + skip;
+    view_info.range = texels * kTexelElements * element;
+    VkBufferView view = VK_NULL_HANDLE;
+    const VkResult result = gpu.vk.vkCreateBufferView(gpu.device, &view_info, nullptr, &view);
+    if (result != VK_SUCCESS) {
+      return fail_vk(state.services, sink, gpu, result, "vkCreateBufferView", kCollectiveNames[args.collective]);
+    }
+    slot.views.push_back(view);
+    return BP_OK;
+  }
+
   // Dispatches for outputs[k] = op over inputs[0..n), `count` elements, in
-  // pieces of dispatch_elements(); the views of texel inputs into `slot`.
+  // pieces of dispatch_elements(): every input's and output's address into
+  // the table, and with texel buffers their views into `slot`. A last
+  // piece of fewer than 4 elements (no whole texel: only the by-address
+  // tail runs) is given the piece before's views, which it does not read.
   std::int32_t reduce_into(Slot &slot, std::size_t output_count, bool texel) {
     const std::size_t piece = dispatch_elements(texel);
     for (std::size_t first = 0; first < args.count; first += piece) {
       const std::size_t count = std::min(piece, args.count - first);
       const std::size_t skip = first * element;
+      const std::size_t texels = count / kTexelElements;
       Dispatch dispatch{comm.entries.size(), slot.views.size(), static_cast<std::uint32_t>(count),
                         static_cast<std::uint32_t>(n), static_cast<std::uint32_t>(output_count)};
-      for (std::size_t j = 0; j < n; ++j) {
-        const Place &input = comm.inputs[j];
-        if (!texel) {
-          comm.entries.push_back(input.block->address + input.offset + skip);
-          continue;
-        }
-        VkBufferViewCreateInfo view_info{};
-        view_info.sType = VK_STRUCTURE_TYPE_BUFFER_VIEW_CREATE_INFO;
-        view_info.buffer = input.block->buffer;
-        view_info.format = gpu.texel_formats[args.dtype];
-        view_info.offset = input.offset + skip;
-        view_info.range = count * element;
-        VkBufferView view = VK_NULL_HANDLE;
-        const VkResult result = gpu.vk.vkCreateBufferView(gpu.device, &view_info, nullptr, &view);
-        if (result != VK_SUCCESS) {
-          return fail_vk(state.services, sink, gpu, result, "vkCreateBufferView", kCollectiveNames[args.collective]);
-        }
-        slot.views.push_back(view);
-      }
+      if (texel && texels == 0) dispatch.first_view = comm.dispatches.back().first_view;
+      for (std::size_t j = 0; j < n; ++j) comm.entries.push_back(comm.inputs[j].block->address + comm.inputs[j].offset + skip);
       for (std::size_t k = 0; k < output_count; ++k) {
         comm.entries.push_back(comm.outputs[k].block->address + comm.outputs[k].offset + skip);
+      }
+      if (texel && texels != 0) {
+        for (std::size_t j = 0; j < n; ++j) BP_VULKAN_CHECK(add_view(slot, comm.inputs[j], skip, texels));
+        for (std::size_t k = 0; k < output_count; ++k) BP_VULKAN_CHECK(add_view(slot, comm.outputs[k], skip, texels));
       }
       comm.dispatches.push_back(dispatch);
     }
@@ -337,26 +365,39 @@ struct Call {
     std::memcpy(slot.table.mapped, comm.entries.data(), table_bytes);
     VkPipeline pipeline = VK_NULL_HANDLE;
     VkPipelineLayout layout = VK_NULL_HANDLE;
-    BP_VULKAN_CHECK(reduce_pipeline(state.services, sink, gpu, args.dtype, args.reduce_op,
-                                    texel ? static_cast<std::uint32_t>(n) : 0, &pipeline, &layout));
+    // Every dispatch of a call has one shape (reduce_scatter's too).
+    const Dispatch &shape = comm.dispatches.front();
+    const Gpu::TexelShape texel_shape = texel ? Gpu::TexelShape{shape.inputs, shape.outputs} : Gpu::TexelShape{};
+    BP_VULKAN_CHECK(reduce_pipeline(state.services, sink, gpu, args.dtype, args.reduce_op, texel_shape, &pipeline,
+                                    &layout));
     gpu.vk.vkCmdBindPipeline(commands, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline);
-    const std::uint32_t group_limit = std::min(kMaxWorkGroups, gpu.limits.maxComputeWorkGroupCount[0]);
+    const std::uint32_t group_limit =
+        std::min(gpu.type == VK_PHYSICAL_DEVICE_TYPE_CPU ? kCpuDeviceWorkGroups : kMaxWorkGroups,
+                 gpu.limits.maxComputeWorkGroupCount[0]);
     for (const Dispatch &dispatch : comm.dispatches) {
+      // Invocations: one per texel (at least one, for the tail), or per element.
+      std::size_t invocations = dispatch.count;
       if (texel) {
-        VkWriteDescriptorSet write{};
-        write.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
-        write.dstBinding = 0;
-        write.descriptorCount = dispatch.inputs;
-        write.descriptorType = VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER;
-        write.pTexelBufferView = slot.views.data() + dispatch.first_view;
-        gpu.vk.vkCmdPushDescriptorSetKHR(commands, VK_PIPELINE_BIND_POINT_COMPUTE, layout, 0, 1, &write);
+        std::array<VkWriteDescriptorSet, 2> writes{};
+        for (VkWriteDescriptorSet &write : writes) write.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
+        writes[0].dstBinding = 0;
+        writes[0].descriptorCount = dispatch.inputs;
+        writes[0].descriptorType = VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER;
+        writes[0].pTexelBufferView = slot.views.data() + dispatch.first_view;
+        writes[1].dstBinding = 1;
+        writes[1].descriptorCount = dispatch.outputs;
+        writes[1].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_TEXEL_BUFFER;
+        writes[1].pTexelBufferView = slot.views.data() + dispatch.first_view + dispatch.inputs;
+        gpu.vk.vkCmdPushDescriptorSetKHR(commands, VK_PIPELINE_BIND_POINT_COMPUTE, layout, 0,
+                                         static_cast<std::uint32_t>(writes.size()), writes.data());
+        invocations = std::max<std::size_t>(dispatch.count / kTexelElements, 1);
       }
       const ReduceArguments arguments{slot.table.address + dispatch.first_entry * sizeof(VkDeviceAddress),
                                       dispatch.count, dispatch.inputs, dispatch.outputs,
                                       static_cast<std::uint32_t>(n)};
       gpu.vk.vkCmdPushConstants(commands, layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof arguments, &arguments);
       const std::uint32_t groups = static_cast<std::uint32_t>(
-          std::min<std::size_t>((dispatch.count + kWorkGroupSize - 1) / kWorkGroupSize, group_limit));
+          std::min<std::size_t>((invocations + kWorkGroupSize - 1) / kWorkGroupSize, group_limit));
       gpu.vk.vkCmdDispatch(commands, groups, 1, 1);
     }
     recorded = true;
@@ -480,7 +521,7 @@ std::int32_t record(Call &c, Slot &slot) {
   for (VkBufferView view : slot.views) c.gpu.vk.vkDestroyBufferView(c.gpu.device, view, nullptr);
   slot.views.clear();
   if (c.args.collective == BP_BARRIER || c.args.count == 0) return BP_OK;
-  const bool texel = c.choose_texel_inputs();
+  const bool texel = c.choose_texel_buffers();
   switch (c.args.collective) {
     case BP_ALL_REDUCE: BP_VULKAN_CHECK(all_reduce(c, slot, texel)); break;
     case BP_REDUCE: BP_VULKAN_CHECK(reduce(c, slot, texel)); break;

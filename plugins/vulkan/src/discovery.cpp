@@ -159,15 +159,20 @@ bool device_extension_present(const InstanceFunctions &vk, VkPhysicalDevice phys
                      [&](const VkExtensionProperties &extension) { return std::strcmp(extension.extensionName, name) == 0; });
 }
 
-// The format reduce.comp's TEXEL_INPUTS variant of each element type views
-// its inputs with (the sampler types in the shader match); none for the
-// 64-bit types, whose texel formats need extensions few drivers have.
+// The format reduce.comp's TEXEL_BUFFERS variant of each element type views
+// its buffers with, four elements to a texel (the shader's sampler types and
+// image format qualifiers match); none for the 64-bit types, whose texel
+// formats need extensions few drivers have.
 constexpr std::array<VkFormat, BP_DTYPE_COUNT> kTexelFormats = {
-    VK_FORMAT_R16_SFLOAT, VK_FORMAT_R16_UINT, VK_FORMAT_R32_SFLOAT, VK_FORMAT_UNDEFINED, VK_FORMAT_R8_SINT,
-    VK_FORMAT_R8_UINT,    VK_FORMAT_R32_SINT, VK_FORMAT_R32_UINT,  VK_FORMAT_UNDEFINED, VK_FORMAT_UNDEFINED};
+    VK_FORMAT_R16G16B16A16_SFLOAT, VK_FORMAT_R16G16B16A16_UINT, VK_FORMAT_R32G32B32A32_SFLOAT,
+    VK_FORMAT_UNDEFINED,           VK_FORMAT_R8G8B8A8_SINT,     VK_FORMAT_R8G8B8A8_UINT,
+    VK_FORMAT_R32G32B32A32_SINT,   VK_FORMAT_R32G32B32A32_UINT, VK_FORMAT_UNDEFINED,
+    VK_FORMAT_UNDEFINED};
+constexpr VkFormatFeatureFlags kTexelFormatFeatures =
+    VK_FORMAT_FEATURE_UNIFORM_TEXEL_BUFFER_BIT | VK_FORMAT_FEATURE_STORAGE_TEXEL_BUFFER_BIT;
 
 // Whether `gpu` reads reduction inputs as texel buffers, and with which
-// formats (Gpu::texel_inputs); the property's text in *text.
+// formats (Gpu::texel_buffers); the property's text in *text.
 void choose_reduce_inputs(const bp_plugin_state &state, const Options &options, Gpu &gpu, std::string *text) {
   *text = "addresses";
   const bool wanted = options.reduce_inputs == ReduceInputs::texel_buffers ||
@@ -183,25 +188,29 @@ void choose_reduce_inputs(const bp_plugin_state &state, const Options &options, 
   properties.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2;
   properties.pNext = &push;
   state.vk.vkGetPhysicalDeviceProperties2(gpu.physical, &properties);
-  gpu.max_texel_inputs = std::min({kMaxTexelInputs, push.maxPushDescriptors, gpu.limits.maxPerStageDescriptorSampledImages,
-                                   gpu.limits.maxDescriptorSetSampledImages});
+  gpu.max_texel_views = std::min({kMaxTexelViews, push.maxPushDescriptors, gpu.limits.maxPerStageDescriptorSampledImages,
+                                  gpu.limits.maxPerStageDescriptorStorageImages, gpu.limits.maxPerStageResources,
+                                  gpu.limits.maxDescriptorSetSampledImages, gpu.limits.maxDescriptorSetStorageImages});
   std::string formats;
   for (std::size_t dtype = 0; dtype < BP_DTYPE_COUNT; ++dtype) {
     if (kTexelFormats[dtype] == VK_FORMAT_UNDEFINED) continue;
     VkFormatProperties format{};
     state.vk.vkGetPhysicalDeviceFormatProperties(gpu.physical, kTexelFormats[dtype], &format);
-    if (!(format.bufferFeatures & VK_FORMAT_FEATURE_UNIFORM_TEXEL_BUFFER_BIT)) continue;
+    if ((format.bufferFeatures & kTexelFormatFeatures) != kTexelFormatFeatures) continue;
     gpu.texel_formats[dtype] = kTexelFormats[dtype];
     formats += (formats.empty() ? "" : ", ") + std::string(dtype_name(static_cast<std::uint32_t>(dtype)));
   }
-  if (formats.empty() || gpu.max_texel_inputs < 2) {
+  // Two ranks' all_reduce: two inputs, two outputs.
+  if (formats.empty() || gpu.max_texel_views < 4) {
     gpu.texel_formats = {};
-    *text += " (no uniform texel buffer format or too few push descriptors)";
+    *text += " (no texel buffer format or too few push descriptors)";
     return;
   }
-  gpu.texel_inputs = true;
-  *text = "texel_buffers for " + formats + " up to " + std::to_string(gpu.max_texel_inputs) +
-          " ranks; addresses otherwise";
+  gpu.texel_buffers = true;
+  *text = "texel_buffers for " + formats + " up to " + std::to_string(gpu.max_texel_views) +
+          " views a call (inputs and outputs: all_reduce of " + std::to_string(gpu.max_texel_views / 2) +
+          " ranks, reduce and reduce_scatter of " + std::to_string(gpu.max_texel_views - 1) +
+          ") and 4 elements or more; addresses otherwise";
 }
 
 // The VkDevice of `gpu` with its features enabled, its queue, timeline and
@@ -238,7 +247,7 @@ bool open_gpu(const bp_plugin_state &state, Gpu &gpu, std::string *why) {
   device_info.pNext = &features;
   device_info.queueCreateInfoCount = 1;
   device_info.pQueueCreateInfos = &queue_info;
-  if (gpu.texel_inputs) {
+  if (gpu.texel_buffers) {
     device_info.enabledExtensionCount = 1;
     device_info.ppEnabledExtensionNames = &push_descriptors;
   }
@@ -248,7 +257,7 @@ bool open_gpu(const bp_plugin_state &state, Gpu &gpu, std::string *why) {
     *why = "vkCreateDevice: " + result_name(result);
     return false;
   }
-  if (!gpu.vk.load(state.vk, gpu.device, gpu.texel_inputs, why)) return false;
+  if (!gpu.vk.load(state.vk, gpu.device, gpu.texel_buffers, why)) return false;
   gpu.vk.vkGetDeviceQueue(gpu.device, gpu.queue_family, 0, &gpu.queue);
 
   VkSemaphoreTypeCreateInfo timeline_type{};

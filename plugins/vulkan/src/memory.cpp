@@ -190,7 +190,7 @@ std::int32_t Backend::buffer_allocate(bp_plugin_state &state, bp_plugin_buffer &
   if (buffer.bytes == 0) return BP_OK;  // Vulkan has no empty buffers
   const VkBufferUsageFlags usage =
       VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT |
-      (gpu.texel_inputs ? VK_BUFFER_USAGE_UNIFORM_TEXEL_BUFFER_BIT : 0);
+      (gpu.texel_buffers ? VK_BUFFER_USAGE_UNIFORM_TEXEL_BUFFER_BIT | VK_BUFFER_USAGE_STORAGE_TEXEL_BUFFER_BIT : 0);
   // Whole words, for vkCmdFillBuffer, unless that would pass the limit
   // (which create_block enforces on the size asked for).
   const std::size_t bytes = buffer.bytes > gpu.max_allocation_bytes

@@ -62,7 +62,7 @@ std::string cache_file(const bp_host_services *services, const Gpu &gpu) {
                                     uuid,
                                     std::to_string(gpu.driver_version),
                                     std::to_string(gpu.features),
-                                    gpu.texel_inputs ? "push descriptors" : ""};
+                                    gpu.texel_buffers ? "push descriptors" : ""};
   for (const auto *shaders : {&kReduceShaders, &kTexelReduceShaders}) {
     for (const EmbeddedShader &shader : *shaders) {
       if (shader.words == nullptr) continue;

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <compare>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -37,8 +38,8 @@ struct EmbeddedShader {
   std::size_t word_count = 0;
 };
 extern const std::array<EmbeddedShader, kShaderVariants> kReduceShaders;
-// The same reductions reading their inputs as uniform texel buffers
-// (TEXEL_INPUTS): only the element types with a texel format.
+// The same reductions reaching their buffers as texel buffers
+// (TEXEL_BUFFERS): only the element types with a texel format.
 extern const std::array<EmbeddedShader, kShaderVariants> kTexelReduceShaders;
 
 // The push constants of reduce.comp, as its Arguments block lays them out.
@@ -61,9 +62,10 @@ struct MemoryBlock {
   std::size_t bytes = 0;
 };
 
-// The most ranks a texel-input reduction combines: reduce.comp's
-// MAX_TEXEL_INPUTS, its inputs written out by constant index.
-inline constexpr std::uint32_t kMaxTexelInputs = 32;
+// The most views of one texel-buffer reduction, inputs and outputs
+// together (and of each: reduce.comp's MAX_TEXEL_VIEWS, written out by
+// constant index).
+inline constexpr std::uint32_t kMaxTexelViews = 32;
 
 // One physical device with a compute queue, and the VkDevice every logical
 // device (rank) on it shares: data moves between its ranks device to device.
@@ -117,21 +119,26 @@ struct Gpu {
   bool pipeline_created = false;
   std::array<VkPipeline, kShaderVariants> pipelines{};
 
-  // Reductions whose inputs are uniform texel buffers (reduce.comp,
-  // TEXEL_INPUTS), bound by push descriptors: chosen at discovery
-  // (Options::reduce_inputs). Per element type the format its inputs are
-  // viewed with, VK_FORMAT_UNDEFINED where the device has none (those read
-  // by address). One layout per input count, one pipeline per (variant,
-  // input count), made at first use under pipeline_mutex.
-  bool texel_inputs = false;
-  std::uint32_t max_texel_inputs = 0;  // descriptors one dispatch may push, at most kMaxTexelInputs
+  // Reductions whose inputs are uniform texel buffers and outputs storage
+  // texel buffers (reduce.comp, TEXEL_BUFFERS), bound by push descriptors:
+  // chosen at discovery (Options::reduce_inputs). Per element type the
+  // four-element format its buffers are viewed with, VK_FORMAT_UNDEFINED
+  // where the device has none (those go by address). One layout per shape,
+  // one pipeline per (variant, shape), made at first use under
+  // pipeline_mutex.
+  bool texel_buffers = false;
+  std::uint32_t max_texel_views = 0;  // descriptors one dispatch may push, at most kMaxTexelViews
   std::array<VkFormat, BP_DTYPE_COUNT> texel_formats{};
+  struct TexelShape {
+    std::uint32_t inputs = 0, outputs = 0;
+    auto operator<=>(const TexelShape &) const = default;
+  };
   struct TexelLayout {
     VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
     VkPipelineLayout pipeline_layout = VK_NULL_HANDLE;
   };
-  std::map<std::uint32_t, TexelLayout> texel_layouts;
-  std::map<std::pair<std::size_t, std::uint32_t>, VkPipeline> texel_pipelines;
+  std::map<TexelShape, TexelLayout> texel_layouts;
+  std::map<std::pair<std::size_t, TexelShape>, VkPipeline> texel_pipelines;
 
   // Host transfers and fills that go through the queue: one at a time.
   std::mutex transfer_mutex;
