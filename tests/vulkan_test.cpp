@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -383,6 +384,67 @@ TEST(VulkanCollectives, TexelBuffersCoverEveryTailAndPiece) {
           if (wrong++ == 0) first_wrong = i;
         }
         EXPECT_EQ(wrong, 0u) << "rank " << r << ": first wrong at " << first_wrong << " of " << count;
+      }
+    }
+  }
+  expect_no_validation_messages(log);
+}
+
+// On a CPU device an all_reduce or reduce reduces into rank 0's (the
+// root's) recv in place, after copying its send there, and copies the
+// result on: with some ranks in place and some not, every recv gets the
+// result, no send that is not also a recv changes, and a reduce leaves the
+// other ranks' recvs alone.
+TEST(VulkanCollectives, ReductionsWithSomeRanksInPlace) {
+  CapturedLog log;
+  Host host = make_builtin_host(R"({"vulkan": {"ranks_per_device": 3, "validation": true}})");
+  REQUIRE_VULKAN_DEVICES(host, 3, devices);
+  Group group = host.create_group(devices).value();
+  const size_t count = 1001;  // 250 texels and a tail of 1
+  const auto value = [](size_t r, size_t i) { return float(i % 97) + float(r) * 1000.0f; };
+  const auto expect_values = [&](const Buffer &buffer, const std::function<float(size_t)> &expected,
+                                 const std::string &what) {
+    std::vector<float> got(count);
+    ASSERT_TRUE(buffer.read(0, got.data(), count * sizeof(float)));
+    for (size_t i = 0; i < count; ++i) {
+      if (got[i] != expected(i)) {
+        ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", not " << expected(i);
+        return;
+      }
+    }
+  };
+  const auto sum = [&](size_t i) { return value(0, i) + value(1, i) + value(2, i); };
+  for (const size_t in_place_rank : {size_t{0}, size_t{1}}) {
+    for (const bool all : {true, false}) {
+      SCOPED_TRACE(std::string(all ? "all_reduce" : "reduce to rank 0") + ", rank " + std::to_string(in_place_rank) +
+                   " in place");
+      std::vector<Buffer> send, recv;
+      for (size_t r = 0; r < 3; ++r) {
+        std::vector<float> values(count);
+        for (size_t i = 0; i < count; ++i) values[i] = value(r, i);
+        send.push_back(Buffer::create(devices[r], count * sizeof(float)).value());
+        ASSERT_TRUE(send.back().write(std::span<const float>(values)));
+        const std::vector<float> marks(count, -1.0f);
+        recv.push_back(Buffer::create(devices[r], count * sizeof(float)).value());
+        ASSERT_TRUE(recv.back().write(std::span<const float>(marks)));
+      }
+      std::vector<bp_buffer *> out = raw_handles(recv);
+      out[in_place_rank] = send[in_place_rank].get();
+      const Status ran = all ? group.all_reduce(raw_handles(send), out, count, BP_F32, BP_SUM)
+                             : group.reduce(raw_handles(send), out, count, BP_F32, BP_SUM, 0);
+      ASSERT_TRUE(ran) << ran.error().json();
+      for (size_t r = 0; r < 3; ++r) {
+        const Buffer &result = r == in_place_rank ? send[r] : recv[r];
+        if (all || r == 0) {
+          expect_values(result, sum, "rank " + std::to_string(r) + "'s result");
+        } else if (r == in_place_rank) {
+          expect_values(send[r], [&](size_t i) { return value(r, i); }, "rank " + std::to_string(r) + "'s send");
+        } else {
+          expect_values(recv[r], [](size_t) { return -1.0f; }, "rank " + std::to_string(r) + "'s recv");
+        }
+        if (r != in_place_rank) {
+          expect_values(send[r], [&](size_t i) { return value(r, i); }, "rank " + std::to_string(r) + "'s send");
+        }
       }
     }
   }
