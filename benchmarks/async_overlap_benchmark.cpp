@@ -1,5 +1,7 @@
 // How much host work an _async collective lets the caller overlap, on the
-// opencl plugin over two PoCL devices (POCL_DEVICES="pthread pthread"):
+// opencl plugin over two PoCL devices (POCL_DEVICES="pthread pthread"), or
+// with --kind=vulkan on the vulkan plugin over two ranks of its first
+// physical device (ranks_per_device 2; lavapipe here):
 //   BM_AllReduceAsyncWaited      (a) bp_all_reduce_async of 64 MiB f32 per
 //                                    rank (sum, out of place), then
 //                                    bp_event_wait
@@ -15,8 +17,8 @@
 //                                    (c) / max(a, b) over the iterations: 1
 //                                    is perfect overlap, 2 none at all
 //                                    (a + b run one after the other).
-// All times are wall-clock. PoCL's worker threads run on the same cores as
-// the host work, so on a machine of few cores the overlap is bounded by
+// All times are wall-clock. PoCL's (and llvmpipe's) worker threads run on
+// the same cores as the host work, so on a machine of few cores the overlap is bounded by
 // the cores (and memory bandwidth), not by the plugin: read `overlap` with
 // the core count.
 #include <unistd.h>
@@ -48,20 +50,34 @@ std::string message_of(bp_error *error) {
 
 double seconds(Clock::duration duration) { return std::chrono::duration<double>(duration).count(); }
 
-// A host with only the opencl plugin, a group of opencl:0 and opencl:1,
-// and a send and a recv buffer per rank. `error` is non-empty when any
-// step failed.
+// The plugins the benchmark can time: the kind, its plugin file and the
+// options that give it two devices.
+struct Kind {
+  const char *name;
+  const char *plugin;
+  const char *options_json;
+};
+constexpr Kind kKinds[] = {
+    {"opencl", BACKPLANE_BENCH_OPENCL_PLUGIN, nullptr},
+#if defined(BACKPLANE_BENCH_VULKAN_PLUGIN)
+    {"vulkan", BACKPLANE_BENCH_VULKAN_PLUGIN, R"({"vulkan": {"ranks_per_device": 2}})"},
+#endif
+};
+
+// A host with only `kind`'s plugin, a group of <kind>:0 and <kind>:1, and a
+// send and a recv buffer per rank. `error` is non-empty when any step
+// failed.
 struct Setup {
-  Setup() {
+  explicit Setup(const Kind &kind) {
     bp_host_options options{};
     options.struct_size = sizeof options;
     options.flags = BP_HOST_IGNORE_ENV_PATH | BP_HOST_IGNORE_INSTALL_PATH;
-    if (!check(bp_host_create(&options, &host)) || !check(bp_host_load_plugin(host, BACKPLANE_BENCH_OPENCL_PLUGIN)))
-      return;
+    options.plugin_options_json = kind.options_json;
+    if (!check(bp_host_create(&options, &host)) || !check(bp_host_load_plugin(host, kind.plugin))) return;
     bp_device *devices[kRanks] = {};
     const std::vector<float> inputs(kCount, 1.0f);
     for (std::size_t rank = 0; rank < kRanks; ++rank) {
-      const std::string name = "opencl:" + std::to_string(rank);
+      const std::string name = std::string(kind.name) + ":" + std::to_string(rank);
       if (!check(bp_host_find_device(host, name.c_str(), &devices[rank])) ||
           !check(bp_buffer_create(devices[rank], kCount * sizeof(float), &send[rank])) ||
           !check(bp_buffer_create(devices[rank], kCount * sizeof(float), &recv[rank])) ||
@@ -208,15 +224,37 @@ int main(int argc, char **argv) {
   setenv("POCL_DEVICES", "pthread pthread", 0);
   setenv("POCL_CACHE_DIR", BACKPLANE_BENCH_CACHE_DIR "/pocl", 0);
   setenv("BACKPLANE_CACHE_DIR", BACKPLANE_BENCH_CACHE_DIR "/backplane", 0);
+  // --kind=NAME, taken out before Google Benchmark reads the rest.
+  const Kind *kind = &kKinds[0];
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string argument = argv[i];
+    if (argument.rfind("--kind=", 0) != 0) {
+      argv[kept++] = argv[i];
+      continue;
+    }
+    const auto found = std::find_if(std::begin(kKinds), std::end(kKinds),
+                                    [&](const Kind &known) { return argument.substr(7) == known.name; });
+    if (found == std::end(kKinds)) {
+      std::fprintf(stderr, "async_overlap_benchmark: unknown %s (built for:", argument.c_str());
+      for (const Kind &known : kKinds) std::fprintf(stderr, " %s", known.name);
+      std::fprintf(stderr, ")\n");
+      return 1;
+    }
+    kind = &*found;
+  }
+  argc = kept;
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
 
-  Setup setup;
+  Setup setup(*kind);
   if (!setup.error.empty()) {
-    std::fprintf(stderr, "async_overlap_benchmark: no opencl group of two devices: %s\n", setup.error.c_str());
+    std::fprintf(stderr, "async_overlap_benchmark: no %s group of two devices: %s\n", kind->name,
+                 setup.error.c_str());
     return 1;
   }
-  // Warm-up (PoCL compiles each kernel at its first launch) and a check of
+  // Warm-up (PoCL compiles each kernel at its first launch, the vulkan
+  // plugin its pipeline at the first reduction) and a check of
   // the result, then the calibration of (b) against (a).
   for (int run = 0; run < 3; ++run) {
     if (!setup.all_reduce()) {
@@ -229,9 +267,10 @@ int main(int argc, char **argv) {
     return 1;
   }
   const Clock::duration collective = median_of(15, [&] { (void)setup.all_reduce(); });
-  std::printf("calibration: all_reduce of 64 MiB f32 over 2 PoCL devices %.3f ms (median of 15); %ld cores "
+  std::printf("calibration: all_reduce of 64 MiB f32 over %s:0 and %s:1 %.3f ms (median of 15); %ld cores "
               "online; POCL_DEVICES=\"%s\"\n",
-              seconds(collective) * 1e3, sysconf(_SC_NPROCESSORS_ONLN), std::getenv("POCL_DEVICES"));
+              kind->name, kind->name, seconds(collective) * 1e3, sysconf(_SC_NPROCESSORS_ONLN),
+              std::getenv("POCL_DEVICES"));
   benchmark::RegisterBenchmark("BM_AllReduceAsyncWaited", BM_AllReduceAsyncWaited, Context{&setup, nullptr, 0})
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime();
