@@ -39,6 +39,27 @@ std::string rank_names(const bp_group &group, const std::vector<const bp_device 
   return names;
 }
 
+// What `device` says element type `dtype` would need, from its
+// "dtypes_missing" property ("f64 (needs shaderFloat64), i8 (needs
+// shaderInt8 + storageBuffer8BitAccess)": the convention plugin.h gives
+// plugins whose devices differ by feature), e.g. "needs shaderFloat64";
+// empty when the device says nothing of it.
+std::string missing_dtype_need(const bp_device &device, uint32_t dtype) {
+  for (size_t i = 0; i < device.property_keys.size(); ++i) {
+    if (device.property_keys[i] != "dtypes_missing") continue;
+    const std::string &text = device.property_values[i];
+    const std::string entry = std::string(dtype_name(dtype)) + " (";
+    for (size_t at = text.find(entry); at != std::string::npos; at = text.find(entry, at + 1)) {
+      if (at != 0 && text.compare(at - 2, 2, ", ") != 0) continue;
+      const size_t begin = at + entry.size();
+      const size_t end = text.find(')', begin);
+      if (end == std::string::npos) return {};
+      return text.substr(begin, end - begin);
+    }
+  }
+  return {};
+}
+
 // The group's part of the context of every error about a request.
 Error about_group(Error error, const bp_group &group) {
   error.with("devices", describe_ranks(group));
@@ -163,6 +184,9 @@ nlohmann::json find_alternatives(const bp_group &group, uint32_t collective, uin
       if (!(runnable & (1u << dtype))) {
         code = BP_UNSUPPORTED_DTYPE;
         reason += runs + dtype_list(runnable) + " for " + collective_name(collective);
+        if (const std::string need = missing_dtype_need(*lacking.front(), dtype); !need.empty()) {
+          reason += std::string(" (") + dtype_name(dtype) + " " + need + ")";
+        }
       } else {
         code = BP_UNSUPPORTED_REDUCE_OP;
         reason += runs + reduce_op_list(device.reduce_ops(collective, dtype)) + " for " +

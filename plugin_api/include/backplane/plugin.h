@@ -150,7 +150,11 @@ typedef struct bp_plugin_device_info {
   /* Since 1.1. out: named facts about the device, in the order to show
    * them (e.g. "platform", "vendor", "version", "compute_units",
    * "extensions"): property_keys[i] names property_values[i]. Keys are
-   * [a-z0-9_]+ and unique; values are one line. NULL and 0 when none. */
+   * [a-z0-9_]+ and unique; values are one line. NULL and 0 when none.
+   * One key the host reads: "dtypes_missing", for a device that declares
+   * fewer element types than its kind, lists each with what it would need,
+   * as "f64 (needs shaderFloat64), i8 (needs shaderInt8 + ...)"; a refusal
+   * of that element type on the device quotes its entry. */
   const char *const *property_keys;
   const char *const *property_values;
   size_t property_count;

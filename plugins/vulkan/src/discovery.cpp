@@ -208,9 +208,7 @@ void choose_reduce_inputs(const bp_plugin_state &state, const Options &options, 
   }
   gpu.texel_buffers = true;
   *text = "texel_buffers for " + formats + " up to " + std::to_string(gpu.max_texel_views) +
-          " views a call (inputs and outputs: all_reduce of " + std::to_string(gpu.max_texel_views / 2) +
-          " ranks, reduce and reduce_scatter of " + std::to_string(gpu.max_texel_views - 1) +
-          ") and 4 elements or more; addresses otherwise";
+          " views a dispatch (inputs and outputs together) and 4 elements or more; addresses otherwise";
 }
 
 // The VkDevice of `gpu` with its features enabled, its queue, timeline and
