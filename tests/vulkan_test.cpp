@@ -10,7 +10,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <bit>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -340,7 +339,9 @@ TEST(VulkanCollectives, TexelBuffersCoverEveryTailAndPiece) {
   const std::vector<Device> ranks(devices.begin(), devices.begin() + 2);
   Group group = host.create_group(ranks).value();
   const auto value = [](size_t r, size_t i) { return uint8_t((7 * i + r) % 251); };
-  const size_t piece = std::bit_floor(std::min<size_t>(size_t{1} << 30, 134217728));  // lavapipe's maxTexelBufferElements
+  // One dispatch's elements on lavapipe: its maxTexelBufferElements (2^27,
+  // below the plugin's 2^30); elsewhere the count is as good a test.
+  const size_t piece = size_t{1} << 27;
   for (const size_t count : {size_t{4}, size_t{5}, size_t{4099}, piece + 3}) {
     for (const bool in_place : {true, false}) {
       SCOPED_TRACE(std::to_string(count) + (in_place ? " in place" : " out of place"));

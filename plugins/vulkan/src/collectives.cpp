@@ -274,9 +274,6 @@ struct Call {
   std::size_t block;    // bytes of `count` elements
   VkCommandBuffer commands;
   bool recorded = false;  // a command went into `commands`
-  // Ranks whose recv gets recv[0] once the reductions ran (all_reduce,
-  // reduce_in_place_and_copy).
-  std::vector<std::size_t> copies_after_reduction;
 
   bool in_place(std::size_t r) const { return args.send[r] != nullptr && args.send[r] == args.recv[r]; }
   VkBuffer send(std::size_t r) const { return args.send[r]->block.buffer; }
@@ -454,11 +451,8 @@ std::int32_t reduce_in_place_into(Call &c, Slot &slot, bool texel, std::size_t t
 }
 
 std::int32_t all_reduce(Call &c, Slot &slot, bool texel) {
-  if (c.reduce_in_place_and_copy()) {
-    BP_VULKAN_CHECK(reduce_in_place_into(c, slot, texel, 0));
-    for (std::size_t r = 1; r < c.n; ++r) c.copies_after_reduction.push_back(r);
-    return BP_OK;
-  }
+  // The copies of recv[0] to the other ranks follow the dispatches (record).
+  if (c.reduce_in_place_and_copy()) return reduce_in_place_into(c, slot, texel, 0);
   for (std::size_t r = 0; r < c.n; ++r) {
     c.comm.inputs[r] = {&c.args.send[r]->block, 0};
     c.comm.outputs[r] = {&c.args.recv[r]->block, 0};
@@ -583,10 +577,12 @@ std::int32_t record(Call &c, Slot &slot) {
                   static_cast<unsigned>(c.args.collective));
   }
   BP_VULKAN_CHECK(c.record_dispatches(slot, texel));
-  if (!c.copies_after_reduction.empty()) {
+  // all_reduce on a CPU device: the result, reduced into recv[0], to the
+  // other ranks.
+  if (c.args.collective == BP_ALL_REDUCE && c.reduce_in_place_and_copy() && c.n > 1) {
     c.barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT,
               VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT);
-    for (const std::size_t r : c.copies_after_reduction) c.copy(c.recv(0), 0, c.recv(r), 0);
+    for (std::size_t r = 1; r < c.n; ++r) c.copy(c.recv(0), 0, c.recv(r), 0);
   }
   return BP_OK;
 }
@@ -695,7 +691,7 @@ std::int32_t Backend::collective_start(bp_plugin_state &state, bp_plugin_comm &c
   Slot *slot = nullptr;
   BP_VULKAN_CHECK(take_slot(state, comm, sink, &slot));
   const std::size_t element = args.collective == BP_BARRIER ? 1 : kDtypeSizes[args.dtype];
-  Call c{state, sink, comm, gpu, args, comm.ranks.size(), element, args.count * element, slot->commands, false, {}};
+  Call c{state, sink, comm, gpu, args, comm.ranks.size(), element, args.count * element, slot->commands};
   VkCommandBufferBeginInfo begin{};
   begin.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
   begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
