@@ -1,7 +1,7 @@
 // The vulkan plugin on the machine's Vulkan devices (Mesa's lavapipe here,
 // with the Khronos validation layer): discovery and properties, logical
 // devices (ranks_per_device), capabilities from features (disable_features),
-// buffers on both transfer paths and the allocation limit, the conformance
+// buffers on both transfer paths, wrapped host memory and the allocation limit, the conformance
 // suite under the validation layer, a collective larger than
 // maxStorageBufferRange, the pipeline cache, and no driver at all
 // (collectives in flight: vulkan_async_test.cpp).
@@ -19,6 +19,8 @@
 #include <iterator>
 #include <string>
 #include <vector>
+
+#include <sys/mman.h>
 
 #include "backplane/plugin.h"
 #include "conformance.hpp"
@@ -250,6 +252,106 @@ TEST(VulkanBuffers, AboveTheAllocationLimitIsOutOfMemoryAndTheHostGoesOn) {
   std::vector<Buffer> buffers = filled_buffers<int32_t>(devices, 3, [](size_t r) { return int32_t(r) + 1; });
   ASSERT_TRUE(group.all_reduce(raw_handles(buffers), raw_handles(buffers), 3, BP_I32, BP_SUM));
   EXPECT_EQ(mismatches(buffers[1], 0, 3, int32_t{3}), "");
+}
+
+// Pages of the caller's own, freed at scope exit.
+struct HostPages {
+  explicit HostPages(size_t bytes) : bytes(bytes) {
+    memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (memory == MAP_FAILED) memory = nullptr;
+  }
+  ~HostPages() {
+    if (memory != nullptr) munmap(memory, bytes);
+  }
+  HostPages(const HostPages &) = delete;
+  HostPages &operator=(const HostPages &) = delete;
+  float *floats(size_t byte_offset) const { return reinterpret_cast<float *>(static_cast<char *>(memory) + byte_offset); }
+  void *memory = nullptr;
+  size_t bytes = 0;
+};
+
+// The caller's memory, imported (VK_EXT_external_memory_host): the
+// collective reads and writes it where it is, mapped or staged, in place
+// and not, starting inside a page; what the device cannot bind is refused
+// exactly and changes nothing.
+TEST(VulkanBuffers, WrappedHostMemoryIsWhereCollectivesWork) {
+  Host plain = make_builtin_host();
+  REQUIRE_VULKAN_DEVICES(plain, 1, physical);
+  const DeviceInfo plain_info = physical[0].info().value();
+  if (property(plain_info, "wrap_host").rfind("VK_EXT_external_memory_host", 0) != 0) {
+    EXPECT_EQ(plain_info.flags & BP_DEVICE_HOST_ADDRESSABLE, 0u);
+    GTEST_SKIP() << "the device does not import host memory: " << property(plain_info, "wrap_host");
+  }
+  for (const char *transfers : {"auto", "staged"}) {
+    SCOPED_TRACE(transfers);
+    CapturedLog log;
+    Host host = make_builtin_host(std::string(R"({"vulkan": {"ranks_per_device": 2, "validation": true, "transfers": ")") +
+                                  transfers + "\"}}");
+    REQUIRE_VULKAN_DEVICES(host, 2, devices);
+    EXPECT_NE(devices[0].info().value().flags & BP_DEVICE_HOST_ADDRESSABLE, 0u);
+    const size_t count = 3001;  // across pages, a tail of 1 after the texels
+    const size_t bytes = count * sizeof(float);
+    HostPages pages(size_t{4} << 20);
+    ASSERT_NE(pages.memory, nullptr);
+    // Rank 0 in place, 64 bytes into a page; rank 1 from its own page into
+    // a device buffer.
+    float *rank0 = pages.floats(64);
+    float *rank1 = pages.floats(size_t{1} << 20);
+    for (size_t i = 0; i < count; ++i) {
+      rank0[i] = float(i % 89);
+      rank1[i] = float(i % 89) * 10.0f;
+    }
+    Buffer wrapped0 = Buffer::wrap_host(devices[0], rank0, bytes).value();
+    Buffer wrapped1 = Buffer::wrap_host(devices[1], rank1, bytes).value();
+    Buffer recv1 = Buffer::create(devices[1], bytes).value();
+    Group group = host.create_group(std::span<const Device>(devices.data(), 2)).value();
+    bp_buffer *const send[] = {wrapped0.get(), wrapped1.get()};
+    bp_buffer *const recv[] = {wrapped0.get(), recv1.get()};
+    const Status ran = group.all_reduce(send, recv, count, BP_F32, BP_SUM);
+    ASSERT_TRUE(ran) << ran.error().json();
+    size_t wrong = 0;
+    for (size_t i = 0; i < count; ++i) wrong += rank0[i] != float(i % 89) * 11.0f || rank1[i] != float(i % 89) * 10.0f;
+    EXPECT_EQ(wrong, 0u) << "elements of the caller's memory that are not the sum (rank 0) or the send (rank 1)";
+    std::vector<float> read(count);
+    ASSERT_TRUE(recv1.read(0, read.data(), bytes));
+    EXPECT_EQ(std::memcmp(read.data(), rank0, bytes), 0) << "rank 1's recv is the sum rank 0 holds";
+    std::fill(read.begin(), read.end(), -1.0f);
+    ASSERT_TRUE(wrapped0.read(0, read.data(), bytes));
+    EXPECT_EQ(std::memcmp(read.data(), rank0, bytes), 0) << "bp_buffer_read of a wrapped buffer is the caller's memory";
+    const float seven = 7.0f;
+    ASSERT_TRUE(wrapped1.write(4 * sizeof(float), &seven, sizeof seven));
+    EXPECT_EQ(rank1[4], 7.0f);
+
+    // Not where the device binds buffers: refused before anything is made.
+    std::vector<unsigned char> before(static_cast<unsigned char *>(pages.memory) + 4096,
+                                      static_cast<unsigned char *>(pages.memory) + 8192);
+    Result<Buffer> odd = Buffer::wrap_host(devices[0], static_cast<char *>(pages.memory) + 4097, 64);
+    ASSERT_FALSE(odd);
+    EXPECT_EQ(odd.error().code(), BP_INVALID_ARGUMENT) << odd.error().json();
+    EXPECT_NE(odd.error().message().find("must be a multiple of"), std::string::npos) << odd.error().message();
+    EXPECT_EQ(std::memcmp(before.data(), static_cast<unsigned char *>(pages.memory) + 4096, before.size()), 0);
+    Buffer empty = Buffer::wrap_host(devices[0], nullptr, 0).value();
+    EXPECT_TRUE(empty.read(0, nullptr, 0));
+    expect_no_validation_messages(log);
+  }
+}
+
+// What the import would allocate is held to maxMemoryAllocationSize before
+// the driver is asked (pages reserved, never touched).
+TEST(VulkanBuffers, WrappingMoreThanTheAllocationLimitIsOutOfMemory) {
+  Host host = make_builtin_host();
+  REQUIRE_VULKAN_DEVICES(host, 1, devices);
+  const DeviceInfo info = devices[0].info().value();
+  if (!(info.flags & BP_DEVICE_HOST_ADDRESSABLE)) GTEST_SKIP() << property(info, "wrap_host");
+  const std::string limit = property(info, "max_memory_allocation_size");
+  HostPages pages(std::stoull(limit) + 8192);
+  ASSERT_NE(pages.memory, nullptr);
+  Result<Buffer> huge = Buffer::wrap_host(devices[0], pages.memory, std::stoull(limit) + 1);
+  ASSERT_FALSE(huge);
+  EXPECT_EQ(huge.error().code(), BP_OUT_OF_MEMORY) << huge.error().json();
+  EXPECT_NE(huge.error().message().find("maxMemoryAllocationSize = " + limit), std::string::npos)
+      << huge.error().message();
+  EXPECT_TRUE(Buffer::wrap_host(devices[0], pages.memory, 4096));
 }
 
 // ---- collectives ----------------------------------------------------------------

@@ -211,6 +211,41 @@ void choose_reduce_inputs(const bp_plugin_state &state, const Options &options, 
           " views a dispatch (inputs and outputs together) and 4 elements or more; addresses otherwise";
 }
 
+// Whether buffer_wrap_host can import caller memory on `gpu` as rank
+// buffers (Gpu::host_pointer_alignment); the property's text in *text.
+// After choose_reduce_inputs, which decides the buffers' usage.
+void choose_host_import(const bp_plugin_state &state, Gpu &gpu, std::string *text) {
+  if (!device_extension_present(state.vk, gpu.physical, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME)) {
+    *text = "no (the driver lacks " VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME ")";
+    return;
+  }
+  VkPhysicalDeviceExternalBufferInfo buffer_info{};
+  buffer_info.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_BUFFER_INFO;
+  buffer_info.usage = rank_buffer_usage(gpu);
+  buffer_info.handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT;
+  VkExternalBufferProperties buffer_properties{};
+  buffer_properties.sType = VK_STRUCTURE_TYPE_EXTERNAL_BUFFER_PROPERTIES;
+  state.vk.vkGetPhysicalDeviceExternalBufferProperties(gpu.physical, &buffer_info, &buffer_properties);
+  if (!(buffer_properties.externalMemoryProperties.externalMemoryFeatures & VK_EXTERNAL_MEMORY_FEATURE_IMPORTABLE_BIT)) {
+    *text = "no (host allocations are not importable as storage buffers)";
+    return;
+  }
+  VkPhysicalDeviceExternalMemoryHostPropertiesEXT host{};
+  host.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT;
+  VkPhysicalDeviceProperties2 properties{};
+  properties.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2;
+  properties.pNext = &host;
+  state.vk.vkGetPhysicalDeviceProperties2(gpu.physical, &properties);
+  const VkDeviceSize alignment = host.minImportedHostPointerAlignment;
+  if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
+    *text = "no (minImportedHostPointerAlignment " + std::to_string(alignment) + " is not a power of two)";
+    return;
+  }
+  gpu.host_pointer_alignment = alignment;
+  *text = std::string(VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME) + ", imported in pieces of " +
+          std::to_string(alignment) + " bytes";
+}
+
 // The VkDevice of `gpu` with its features enabled, its queue, timeline and
 // pipeline layout; false with *why naming the call that failed.
 bool open_gpu(const bp_plugin_state &state, Gpu &gpu, std::string *why) {
@@ -239,23 +274,23 @@ bool open_gpu(const bp_plugin_state &state, Gpu &gpu, std::string *why) {
   queue_info.queueFamilyIndex = gpu.queue_family;
   queue_info.queueCount = 1;
   queue_info.pQueuePriorities = &priority;
-  const char *push_descriptors = VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME;
+  std::vector<const char *> extensions;
+  if (gpu.texel_buffers) extensions.push_back(VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
+  if (gpu.host_pointer_alignment != 0) extensions.push_back(VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
   VkDeviceCreateInfo device_info{};
   device_info.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO;
   device_info.pNext = &features;
   device_info.queueCreateInfoCount = 1;
   device_info.pQueueCreateInfos = &queue_info;
-  if (gpu.texel_buffers) {
-    device_info.enabledExtensionCount = 1;
-    device_info.ppEnabledExtensionNames = &push_descriptors;
-  }
+  device_info.enabledExtensionCount = static_cast<std::uint32_t>(extensions.size());
+  device_info.ppEnabledExtensionNames = extensions.data();
   if (const VkResult result = state.vk.vkCreateDevice(gpu.physical, &device_info, nullptr, &gpu.device);
       result != VK_SUCCESS) {
     gpu.device = VK_NULL_HANDLE;
     *why = "vkCreateDevice: " + result_name(result);
     return false;
   }
-  if (!gpu.vk.load(state.vk, gpu.device, gpu.texel_buffers, why)) return false;
+  if (!gpu.vk.load(state.vk, gpu.device, gpu.texel_buffers, gpu.host_pointer_alignment != 0, why)) return false;
   gpu.vk.vkGetDeviceQueue(gpu.device, gpu.queue_family, 0, &gpu.queue);
 
   VkSemaphoreTypeCreateInfo timeline_type{};
@@ -403,6 +438,9 @@ std::unique_ptr<Gpu> describe_gpu(const bp_plugin_state &state, VkPhysicalDevice
   std::string reduce_inputs;
   choose_reduce_inputs(state, options, *gpu, &reduce_inputs);
   add("reduce_inputs", reduce_inputs);
+  std::string wrap_host;
+  choose_host_import(state, *gpu, &wrap_host);
+  add("wrap_host", wrap_host);
   add("features", feature_list(gpu->features));
   if (options.validation) add("validation", kValidationLayer);
   if (options.disabled_features & supported) add("disabled_features", feature_list(options.disabled_features & supported));
@@ -636,8 +674,9 @@ std::int32_t Backend::device_info(bp_plugin_state &state, std::uint32_t device_i
   const std::size_t size = info.struct_size;
   if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, name)) info.name = device.name.c_str();
   if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, description)) info.description = device.description.c_str();
-  // Buffers live in the device's memory: nothing wraps the caller's memory yet.
-  if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, flags)) info.flags = 0;
+  if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, flags)) {
+    info.flags = gpu.host_pointer_alignment != 0 ? BP_DEVICE_HOST_ADDRESSABLE : 0;
+  }
   if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, memory_bytes)) {
     std::uint64_t device_local = 0;
     for (std::uint32_t h = 0; h < gpu.memory_properties.memoryHeapCount; ++h) {

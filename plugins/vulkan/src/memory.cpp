@@ -10,6 +10,7 @@
 // the device's staging buffer, kStagingBytes at a time, copied by the
 // queue, so it also comes after every collective submitted before it.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "plugin_state.hpp"
@@ -68,18 +69,25 @@ void host_read_barrier(Gpu &gpu, VkCommandBuffer commands) {
 }
 
 std::int32_t create_block(const bp_host_services *services, bp_error_sink *sink, Gpu &gpu, std::size_t bytes,
-                          VkBufferUsageFlags usage, VkMemoryPropertyFlags required, bool map, MemoryBlock &block) {
+                          VkBufferUsageFlags usage, VkMemoryPropertyFlags required, bool map, MemoryBlock &block,
+                          const HostImport *import) {
   BP_VULKAN_CHECK(check_not_lost(services, sink, gpu));
   // Refused before the driver sees it: past the limit a driver may fail,
   // or succeed and fail at first use, far from the cause.
-  if (bytes > gpu.max_allocation_bytes) {
+  const VkDeviceSize allocation_bytes = import != nullptr ? import->bytes : bytes;
+  if (allocation_bytes > gpu.max_allocation_bytes) {
     return fail(services, sink, BP_OUT_OF_MEMORY,
-                "vulkan: %zu bytes on '%s' exceed its largest allocation, maxMemoryAllocationSize = %llu bytes", bytes,
-                gpu.name.c_str(), static_cast<unsigned long long>(gpu.max_allocation_bytes));
+                "vulkan: %llu bytes on '%s' exceed its largest allocation, maxMemoryAllocationSize = %llu bytes",
+                static_cast<unsigned long long>(allocation_bytes), gpu.name.c_str(),
+                static_cast<unsigned long long>(gpu.max_allocation_bytes));
   }
   const std::string what = std::to_string(bytes) + " bytes";
+  VkExternalMemoryBufferCreateInfo external_info{};
+  external_info.sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO;
+  external_info.handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT;
   VkBufferCreateInfo buffer_info{};
   buffer_info.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO;
+  buffer_info.pNext = import != nullptr ? &external_info : nullptr;
   buffer_info.size = bytes;
   buffer_info.usage = usage | VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT;
   buffer_info.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
@@ -90,28 +98,49 @@ std::int32_t create_block(const bp_host_services *services, bp_error_sink *sink,
   }
   VkMemoryRequirements requirements{};
   gpu.vk.vkGetBufferMemoryRequirements(gpu.device, block.buffer, &requirements);
-  const std::uint32_t type = gpu.memory_type(requirements.memoryTypeBits, required,
-                                             map ? VkMemoryPropertyFlags{0} : VkMemoryPropertyFlags{VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT});
+  if (import != nullptr && import->offset % requirements.alignment != 0) {
+    destroy_block(gpu, block);
+    return fail(services, sink, BP_INVALID_ARGUMENT,
+                "vulkan buffer_wrap_host: memory at %p is not aligned as '%s' binds buffers: its address must be a "
+                "multiple of %llu bytes (aligned_alloc, or bp_buffer_create and bp_buffer_write)",
+                static_cast<void *>(static_cast<std::byte *>(import->base) + import->offset), gpu.name.c_str(),
+                static_cast<unsigned long long>(requirements.alignment));
+  }
+  const std::uint32_t type =
+      import != nullptr
+          ? gpu.memory_type(requirements.memoryTypeBits & import->memory_types, required)
+          : gpu.memory_type(requirements.memoryTypeBits, required,
+                            map ? VkMemoryPropertyFlags{0} : VkMemoryPropertyFlags{VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT});
   if (type == UINT32_MAX) {
     destroy_block(gpu, block);
+    if (import != nullptr) {
+      return fail(services, sink, BP_DEVICE_FAILURE,
+                  "vulkan: '%s' has no memory type that both imports host memory and holds a buffer", gpu.name.c_str());
+    }
     return fail(services, sink, BP_DEVICE_FAILURE, "vulkan: '%s' has no memory type with flags 0x%x for a buffer",
                 gpu.name.c_str(), static_cast<unsigned>(required));
   }
   VkMemoryAllocateFlagsInfo flags_info{};
   flags_info.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO;
   flags_info.flags = VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT;
+  VkImportMemoryHostPointerInfoEXT import_info{};
+  import_info.sType = VK_STRUCTURE_TYPE_IMPORT_MEMORY_HOST_POINTER_INFO_EXT;
+  import_info.pNext = &flags_info;
+  import_info.handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT;
+  import_info.pHostPointer = import != nullptr ? import->base : nullptr;
   VkMemoryAllocateInfo allocate_info{};
   allocate_info.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO;
-  allocate_info.pNext = &flags_info;
-  allocate_info.allocationSize = requirements.size;
+  allocate_info.pNext = import != nullptr ? static_cast<const void *>(&import_info) : &flags_info;
+  allocate_info.allocationSize = import != nullptr ? import->bytes : requirements.size;
   allocate_info.memoryTypeIndex = type;
   result = gpu.vk.vkAllocateMemory(gpu.device, &allocate_info, nullptr, &block.memory);
   if (result != VK_SUCCESS) {
     block.memory = VK_NULL_HANDLE;
     destroy_block(gpu, block);
-    return fail_vk(services, sink, gpu, result, "vkAllocateMemory", what.c_str());
+    return fail_vk(services, sink, gpu, result, import != nullptr ? "vkAllocateMemory (host pointer)" : "vkAllocateMemory",
+                   what.c_str());
   }
-  result = gpu.vk.vkBindBufferMemory(gpu.device, block.buffer, block.memory, 0);
+  result = gpu.vk.vkBindBufferMemory(gpu.device, block.buffer, block.memory, import != nullptr ? import->offset : 0);
   if (result == VK_SUCCESS && map) {
     result = gpu.vk.vkMapMemory(gpu.device, block.memory, 0, VK_WHOLE_SIZE, 0, &block.mapped);
     if (result != VK_SUCCESS) {
@@ -124,6 +153,7 @@ std::int32_t create_block(const bp_host_services *services, bp_error_sink *sink,
     destroy_block(gpu, block);
     return fail_vk(services, sink, gpu, result, "vkBindBufferMemory", what.c_str());
   }
+  if (import != nullptr) block.mapped = static_cast<std::byte *>(import->base) + import->offset;
   VkBufferDeviceAddressInfo address_info{};
   address_info.sType = VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO;
   address_info.buffer = block.buffer;
@@ -188,9 +218,7 @@ std::int32_t Backend::buffer_allocate(bp_plugin_state &state, bp_plugin_buffer &
   Gpu &gpu = *state.devices[buffer.device]->gpu;
   buffer.gpu = &gpu;
   if (buffer.bytes == 0) return BP_OK;  // Vulkan has no empty buffers
-  const VkBufferUsageFlags usage =
-      VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT |
-      (gpu.texel_buffers ? VK_BUFFER_USAGE_UNIFORM_TEXEL_BUFFER_BIT | VK_BUFFER_USAGE_STORAGE_TEXEL_BUFFER_BIT : 0);
+  const VkBufferUsageFlags usage = rank_buffer_usage(gpu);
   // Whole words, for vkCmdFillBuffer, unless that would pass the limit
   // (which create_block enforces on the size asked for).
   const std::size_t bytes = buffer.bytes > gpu.max_allocation_bytes
@@ -210,6 +238,53 @@ std::int32_t Backend::buffer_allocate(bp_plugin_state &state, bp_plugin_buffer &
   return run_transfer(state.services, sink, gpu, "zeroing a new buffer", [&](VkCommandBuffer commands) {
     gpu.vk.vkCmdFillBuffer(commands, buffer.block.buffer, 0, VK_WHOLE_SIZE, 0);
   });
+}
+
+// The caller's memory, imported: shaders and copies reach it where it is,
+// and transfers are a memcpy on any device. The import covers the whole
+// pieces (minImportedHostPointerAlignment) around the range, as the
+// extension requires; the buffer sees only the range.
+std::int32_t Backend::buffer_wrap_host(bp_plugin_state &state, bp_plugin_buffer &buffer, void *memory,
+                                       bp_error_sink *sink) {
+  Gpu &gpu = *state.devices[buffer.device]->gpu;
+  buffer.gpu = &gpu;
+  if (gpu.host_pointer_alignment == 0) {
+    return fail(state.services, sink, BP_UNSUPPORTED_DEVICE,
+                "vulkan buffer_wrap_host: '%s' cannot import host memory (no usable %s; see its wrap_host property)",
+                gpu.name.c_str(), VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
+  }
+  if (buffer.bytes == 0) return BP_OK;
+  BP_VULKAN_CHECK(check_not_lost(state.services, sink, gpu));
+  const std::uintptr_t piece = gpu.host_pointer_alignment;
+  const auto address = reinterpret_cast<std::uintptr_t>(memory);
+  const std::uintptr_t base = address & ~(piece - 1);
+  // The host checked that address + bytes does not wrap; the piece around
+  // the end may still.
+  std::uintptr_t end = 0;
+  if (__builtin_add_overflow(address + buffer.bytes, piece - 1, &end)) {
+    return fail(state.services, sink, BP_INVALID_ARGUMENT,
+                "vulkan buffer_wrap_host: %zu bytes at %p end in the last %llu bytes of the address space", buffer.bytes,
+                memory, static_cast<unsigned long long>(piece));
+  }
+  end &= ~(piece - 1);
+  HostImport import;
+  import.base = reinterpret_cast<void *>(base);
+  import.bytes = end - base;
+  import.offset = address - base;
+  VkMemoryHostPointerPropertiesEXT pointer_properties{};
+  pointer_properties.sType = VK_STRUCTURE_TYPE_MEMORY_HOST_POINTER_PROPERTIES_EXT;
+  const VkResult result = gpu.vk.vkGetMemoryHostPointerPropertiesEXT(
+      gpu.device, VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT, import.base, &pointer_properties);
+  if (result == VK_ERROR_INVALID_EXTERNAL_HANDLE) {
+    return fail(state.services, sink, BP_INVALID_ARGUMENT,
+                "vulkan buffer_wrap_host: '%s' cannot import the host memory at %p", gpu.name.c_str(), memory);
+  }
+  if (result != VK_SUCCESS) {
+    return fail_vk(state.services, sink, gpu, result, "vkGetMemoryHostPointerPropertiesEXT", "buffer_wrap_host");
+  }
+  import.memory_types = pointer_properties.memoryTypeBits;
+  return create_block(state.services, sink, gpu, buffer.bytes, rank_buffer_usage(gpu), 0, false, buffer.block,
+                      &import);
 }
 
 std::int32_t Backend::buffer_write(bp_plugin_state &state, bp_plugin_buffer &buffer, std::size_t offset,

@@ -87,6 +87,10 @@ struct Gpu {
   // Buffers of ranks are mapped and written by memcpy (CPU and integrated
   // devices, unless "transfers": "staged"), else moved through `staging`.
   bool mapped_buffers = false;
+  // buffer_wrap_host imports the caller's memory (VK_EXT_external_memory_host,
+  // enabled, and importable for rank buffers' usage) in whole pieces of
+  // minImportedHostPointerAlignment bytes; 0: it does not.
+  VkDeviceSize host_pointer_alignment = 0;
   // This device's capability rows: the kind's, narrowed to its features,
   // with max_bytes = max_allocation_bytes.
   std::vector<bp_capability> capabilities;
@@ -195,8 +199,10 @@ struct bp_plugin_state : backplane::plugin_support::StateBase {
   ~bp_plugin_state();
 };
 
-// Memory on one rank's device, zeroed at creation; `block.buffer` is
-// VK_NULL_HANDLE only when `bytes` is 0 (Vulkan has no empty buffers).
+// Memory on one rank's device, zeroed at creation, or the caller's memory
+// imported by buffer_wrap_host (then `block.mapped` is the caller's
+// pointer); `block.buffer` is VK_NULL_HANDLE only when `bytes` is 0 (Vulkan
+// has no empty buffers).
 struct bp_plugin_buffer : backplane::plugin_support::BufferBase {
   backplane::vulkan::Gpu *gpu = nullptr;
   backplane::vulkan::MemoryBlock block;
@@ -228,12 +234,32 @@ std::int32_t fail_vk(const bp_host_services *services, bp_error_sink *sink, Gpu 
 // DEVICE_FAILURE naming the call that lost `gpu`, or BP_OK while it is not lost.
 std::int32_t check_not_lost(const bp_host_services *services, bp_error_sink *sink, const Gpu &gpu);
 
+// What a rank's buffer is used for: storage by address, copies, and the
+// texel views of reductions where the device reads its inputs so.
+inline VkBufferUsageFlags rank_buffer_usage(const Gpu &gpu) {
+  return VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT |
+         VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT |
+         (gpu.texel_buffers ? VK_BUFFER_USAGE_UNIFORM_TEXEL_BUFFER_BIT | VK_BUFFER_USAGE_STORAGE_TEXEL_BUFFER_BIT : 0);
+}
+
 // memory.cpp: a buffer of `bytes` (> 0) in memory with `required` flags,
 // addressable by shaders when `addressable`, mapped when host-visible and
 // `map`. Before the driver is asked, a size above the device's
 // maxMemoryAllocationSize is OUT_OF_MEMORY naming the limit.
+//
+// With `import`, the buffer's memory is instead the caller's host memory
+// around it (VK_EXT_external_memory_host): whole pieces from `base`, the
+// buffer bound `offset` bytes in; refused with INVALID_ARGUMENT when the
+// device cannot bind a buffer at that offset.
+struct HostImport {
+  void *base = nullptr;          // aligned to gpu.host_pointer_alignment
+  VkDeviceSize bytes = 0;        // a multiple of it
+  VkDeviceSize offset = 0;       // of the caller's pointer from `base`
+  std::uint32_t memory_types = 0;  // vkGetMemoryHostPointerPropertiesEXT's
+};
 std::int32_t create_block(const bp_host_services *services, bp_error_sink *sink, Gpu &gpu, std::size_t bytes,
-                          VkBufferUsageFlags usage, VkMemoryPropertyFlags required, bool map, MemoryBlock &block);
+                          VkBufferUsageFlags usage, VkMemoryPropertyFlags required, bool map, MemoryBlock &block,
+                          const HostImport *import = nullptr);
 void destroy_block(Gpu &gpu, MemoryBlock &block) noexcept;
 // Records a barrier that makes shader and transfer writes visible to the
 // host (mapped reads once the submission completed).
@@ -282,6 +308,8 @@ struct Backend {
 
   // memory.cpp
   static std::int32_t buffer_allocate(bp_plugin_state &state, bp_plugin_buffer &buffer, bp_error_sink *sink);
+  static std::int32_t buffer_wrap_host(bp_plugin_state &state, bp_plugin_buffer &buffer, void *memory,
+                                      bp_error_sink *sink);
   static std::int32_t buffer_write(bp_plugin_state &state, bp_plugin_buffer &buffer, std::size_t offset,
                                    const void *source, std::size_t bytes, bp_error_sink *sink);
   static std::int32_t buffer_read(bp_plugin_state &state, const bp_plugin_buffer &buffer, std::size_t offset,

@@ -58,7 +58,7 @@ bool InstanceFunctions::load(const VulkanLoader &loader, VkInstance instance, bo
 }
 
 bool DeviceFunctions::load(const InstanceFunctions &instance, VkDevice device, bool with_push_descriptors,
-                           std::string *why) {
+                           bool with_host_pointers, std::string *why) {
 #define BP_VULKAN_LOAD_DEVICE(name)                                                  \
   name = reinterpret_cast<PFN_##name>(instance.vkGetDeviceProcAddr(device, #name));  \
   if (name == nullptr) {                                                             \
@@ -68,6 +68,9 @@ bool DeviceFunctions::load(const InstanceFunctions &instance, VkDevice device, b
   BP_VULKAN_DEVICE_FUNCTIONS(BP_VULKAN_LOAD_DEVICE)
   if (with_push_descriptors) {
     BP_VULKAN_PUSH_DESCRIPTOR_FUNCTIONS(BP_VULKAN_LOAD_DEVICE)
+  }
+  if (with_host_pointers) {
+    BP_VULKAN_HOST_POINTER_FUNCTIONS(BP_VULKAN_LOAD_DEVICE)
   }
 #undef BP_VULKAN_LOAD_DEVICE
   return true;

@@ -34,6 +34,7 @@ namespace backplane::vulkan {
   X(vkGetPhysicalDeviceMemoryProperties)       \
   X(vkGetPhysicalDeviceFormatProperties)       \
   X(vkGetPhysicalDeviceQueueFamilyProperties)  \
+  X(vkGetPhysicalDeviceExternalBufferProperties) \
   X(vkEnumerateDeviceExtensionProperties)      \
   X(vkCreateDevice)                            \
   X(vkGetDeviceProcAddr)
@@ -92,6 +93,9 @@ namespace backplane::vulkan {
 // Of VK_KHR_push_descriptor, present only when the device enabled it (the
 // texel-buffer inputs of reduce.comp).
 #define BP_VULKAN_PUSH_DESCRIPTOR_FUNCTIONS(X) X(vkCmdPushDescriptorSetKHR)
+// Of VK_EXT_external_memory_host, present only when the device enabled it
+// (buffer_wrap_host).
+#define BP_VULKAN_HOST_POINTER_FUNCTIONS(X) X(vkGetMemoryHostPointerPropertiesEXT)
 
 #define BP_VULKAN_DECLARE(name) PFN_##name name = nullptr;
 
@@ -121,10 +125,12 @@ struct InstanceFunctions {
 struct DeviceFunctions {
   BP_VULKAN_DEVICE_FUNCTIONS(BP_VULKAN_DECLARE)
   BP_VULKAN_PUSH_DESCRIPTOR_FUNCTIONS(BP_VULKAN_DECLARE)
+  BP_VULKAN_HOST_POINTER_FUNCTIONS(BP_VULKAN_DECLARE)
 
-  // Resolves every device function (the push-descriptor one only when
-  // asked); false with *why naming the first that is missing.
-  bool load(const InstanceFunctions &instance, VkDevice device, bool with_push_descriptors, std::string *why);
+  // Resolves every device function (those of an extension only when it is
+  // enabled); false with *why naming the first that is missing.
+  bool load(const InstanceFunctions &instance, VkDevice device, bool with_push_descriptors, bool with_host_pointers,
+            std::string *why);
 };
 
 #undef BP_VULKAN_DECLARE
