@@ -533,6 +533,48 @@ TEST(VulkanCollectives, ReductionsWithSomeRanksInPlace) {
   expect_no_validation_messages(log);
 }
 
+// A call of the shape of an earlier one resubmits its recording: new data
+// in the same buffers is reduced anew, and other buffers (even made where
+// freed ones were), another count, op or root, and two calls in flight at
+// once each get what they name.
+TEST(VulkanCollectives, RecordingsAreReusedOnlyForTheSameShape) {
+  CapturedLog log;
+  Host host = make_builtin_host(kTwoRanks);
+  REQUIRE_VULKAN_DEVICES(host, 2, devices);
+  const std::vector<Device> ranks(devices.begin(), devices.begin() + 2);
+  Group group = host.create_group(ranks).value();
+  const size_t count = 1001;
+  for (int generation = 0; generation < 3; ++generation) {
+    SCOPED_TRACE("buffers of generation " + std::to_string(generation));
+    const float base = float(generation * 10);
+    std::vector<Buffer> buffers = filled_buffers<float>(ranks, count, [&](size_t r) { return base + float(r + 1); });
+    const std::vector<bp_buffer *> raw = raw_handles(buffers);
+    const float sum = 2 * base + 3;
+    ASSERT_TRUE(group.all_reduce(raw, raw, count, BP_F32, BP_SUM));
+    EXPECT_EQ(mismatches(buffers[1], 0, count, sum), "");
+    ASSERT_TRUE(group.all_reduce(raw, raw, count, BP_F32, BP_SUM));
+    EXPECT_EQ(mismatches(buffers[0], 0, count, 2 * sum), "") << "the same call again reduces the new values";
+    ASSERT_TRUE(group.all_reduce(raw, raw, count - 1, BP_F32, BP_SUM));
+    EXPECT_EQ(mismatches(buffers[0], 0, count - 1, 4 * sum), "");
+    EXPECT_EQ(mismatches(buffers[0], count - 1, 1, 2 * sum), "") << "a shorter call leaves the last element";
+    ASSERT_TRUE(group.all_reduce(raw, raw, count - 1, BP_F32, BP_MAX));
+    EXPECT_EQ(mismatches(buffers[1], 0, count - 1, 4 * sum), "");
+    ASSERT_TRUE(group.broadcast(raw, raw, count, BP_F32, 1));
+    EXPECT_EQ(mismatches(buffers[0], count - 1, 1, 2 * sum), "");
+    // Two of one shape in flight: two recordings.
+    std::vector<Buffer> more = filled_buffers<float>(ranks, count, [](size_t) { return 1.0f; });
+    const std::vector<bp_buffer *> more_raw = raw_handles(more);
+    Result<Event> first = all_reduce_async(group, more_raw, more_raw, count, BP_F32, BP_SUM);
+    ASSERT_TRUE(first) << first.error().json();
+    Result<Event> second = all_reduce_async(group, more_raw, more_raw, count, BP_F32, BP_SUM);
+    ASSERT_TRUE(second) << second.error().json();
+    ASSERT_TRUE(first->wait());
+    ASSERT_TRUE(second->wait());
+    EXPECT_EQ(mismatches(more[0], 0, count, 4.0f), "");
+  }
+  expect_no_validation_messages(log);
+}
+
 // 300 MiB per rank: past lavapipe's maxStorageBufferRange (128 MiB), every
 // element checked.
 TEST(VulkanCollectives, AllReduceLargerThanTheStorageBufferRange) {

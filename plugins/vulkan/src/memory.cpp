@@ -10,6 +10,7 @@
 // the device's staging buffer, kStagingBytes at a time, copied by the
 // queue, so it also comes after every collective submitted before it.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 
@@ -48,6 +49,11 @@ std::int32_t run_transfer(const bp_host_services *services, bp_error_sink *sink,
   result = wait_for(gpu, value, -1);
   if (result != VK_SUCCESS) return fail_vk(services, sink, gpu, result, "vkWaitSemaphores", what);
   return BP_OK;
+}
+
+std::uint64_t next_buffer_serial() {
+  static std::atomic<std::uint64_t> last{0};
+  return last.fetch_add(1, std::memory_order_relaxed) + 1;
 }
 
 std::int32_t ensure_staging(const bp_host_services *services, bp_error_sink *sink, Gpu &gpu) {
@@ -217,6 +223,7 @@ std::int32_t Backend::buffer_allocate(bp_plugin_state &state, bp_plugin_buffer &
   // refused meanwhile).
   Gpu &gpu = *state.devices[buffer.device]->gpu;
   buffer.gpu = &gpu;
+  buffer.serial = next_buffer_serial();
   if (buffer.bytes == 0) return BP_OK;  // Vulkan has no empty buffers
   const VkBufferUsageFlags usage = rank_buffer_usage(gpu);
   // Whole words, for vkCmdFillBuffer, unless that would pass the limit
@@ -248,6 +255,7 @@ std::int32_t Backend::buffer_wrap_host(bp_plugin_state &state, bp_plugin_buffer 
                                        bp_error_sink *sink) {
   Gpu &gpu = *state.devices[buffer.device]->gpu;
   buffer.gpu = &gpu;
+  buffer.serial = next_buffer_serial();
   if (gpu.host_pointer_alignment == 0) {
     return fail(state.services, sink, BP_UNSUPPORTED_DEVICE,
                 "vulkan buffer_wrap_host: '%s' cannot import host memory (no usable %s; see its wrap_host property)",

@@ -206,6 +206,9 @@ struct bp_plugin_state : backplane::plugin_support::StateBase {
 struct bp_plugin_buffer : backplane::plugin_support::BufferBase {
   backplane::vulkan::Gpu *gpu = nullptr;
   backplane::vulkan::MemoryBlock block;
+  // Unique in the process, never reused: what a recorded collective names
+  // its buffers by (collectives.cpp, CallShape).
+  std::uint64_t serial = 0;
   ~bp_plugin_buffer();
 };
 
