@@ -693,6 +693,85 @@ TEST(VulkanPipelineCache, FirstHostWritesSecondHostLoads) {
   }
 }
 
+// ---- groups across physical devices ---------------------------------------------------
+
+// Run in a child whose VK_DRIVER_FILES names lavapipe twice: the loader then
+// shows two physical devices, and a group across them goes through host
+// memory. Every declared case against the reference, under the validation
+// layer, on a group of 4 ranks whose last two are on the other device;
+// a group whose rank 0 is on the second device; wrapped host memory on a
+// rank away from rank 0's device.
+TEST(VulkanTwoDevicesChild, EveryCollectiveThroughHostMemory) {
+  if (std::getenv("BACKPLANE_VULKAN_TEST_TWO_DEVICES_CHILD") == nullptr) {
+    GTEST_SKIP() << "runs as a child of VulkanTwoDevices.GroupsAcrossDevicesGoThroughHostMemory";
+  }
+  constexpr const char *kOptions = R"({"vulkan": {"ranks_per_device": 2, "validation": true}})";
+  CapturedLog log;
+  Host host = make_builtin_host(kOptions);
+  REQUIRE_VULKAN_DEVICES(host, 4, devices);
+  ASSERT_EQ(property(devices[2].info().value(), "physical_device"), "1") << kind_status(host);
+  const std::vector<Device> across = {devices[2], devices[0], devices[3]};
+  Group group = host.create_group(across).value();
+  EXPECT_EQ(group.route().rfind("through host memory: 3 ranks on 2 VkDevices", 0), 0u) << group.route();
+  EXPECT_EQ(host.create_group(std::vector<Device>{devices[0], devices[1]}).value().route().rfind("one VkDevice", 0), 0u);
+
+  const size_t count = 1001;
+  alignas(64) static float wrapped_memory[1001];
+  for (size_t i = 0; i < count; ++i) wrapped_memory[i] = float(i % 13);
+  std::vector<Buffer> buffers;
+  buffers.push_back(Buffer::create(across[0], count * sizeof(float)).value());
+  buffers.push_back(Buffer::wrap_host(across[1], wrapped_memory, sizeof wrapped_memory).value());
+  buffers.push_back(Buffer::create(across[2], count * sizeof(float)).value());
+  for (size_t r : {size_t{0}, size_t{2}}) {
+    const std::vector<float> values(count, float(r) * 100.0f);
+    ASSERT_TRUE(buffers[r].write(std::span<const float>(values)));
+  }
+  Result<Event> event = all_reduce_async(group, raw_handles(buffers), raw_handles(buffers), count, BP_F32, BP_SUM);
+  ASSERT_TRUE(event) << event.error().json();
+  ASSERT_TRUE(event->wait());
+  for (size_t r = 0; r < 3; ++r) {
+    std::vector<float> got(count);
+    ASSERT_TRUE(buffers[r].read(0, got.data(), count * sizeof(float)));
+    size_t wrong = 0;
+    for (size_t i = 0; i < count; ++i) wrong += got[i] != float(i % 13) + 200.0f;
+    EXPECT_EQ(wrong, 0u) << "rank " << r;
+  }
+  EXPECT_EQ(wrapped_memory[12], 212.0f) << "the wrapped rank's result is in the caller's memory";
+
+  conformance::ConformanceOptions conformance_options;
+  conformance_options.plugin_options_json = kOptions;
+  conformance_options.quick = true;  // groups of 2 (one device) and 4 (both), counts 0, 7 and 1000
+  const conformance::ConformanceReport report =
+      conformance::run_conformance(plugin_path("vulkan").string(), conformance_options);
+  ASSERT_TRUE(report.refused_code.empty()) << report.refused_code << ": " << report.refused_message;
+  std::string failures;
+  for (const conformance::ConformanceRow &row : report.rows)
+    for (const std::string &failure : row.failures)
+      failures += row.collective + " " + row.dtype + " " + row.op + " " + row.mode + ": " + failure + "\n";
+  EXPECT_EQ(report.failed, 0u) << failures;
+  EXPECT_GT(report.passed, 500u);
+  ASSERT_EQ(report.kinds.size(), 1u);
+  EXPECT_EQ(report.kinds[0].groups.back().size(), 4u) << "the group across both devices did not run";
+  expect_no_validation_messages(log);
+}
+
+TEST(VulkanTwoDevices, GroupsAcrossDevicesGoThroughHostMemory) {
+  Host host = make_builtin_host();
+  REQUIRE_VULKAN_DEVICES(host, 1, devices);
+  const std::string driver = property(devices[0].info().value(), "driver_name");
+  const std::filesystem::path icd = "/usr/share/vulkan/icd.d/lvp_icd.x86_64.json";
+  if (driver.find("llvmpipe") == std::string::npos || !std::filesystem::exists(icd)) {
+    GTEST_SKIP() << "needs lavapipe's " << icd << " to show it twice (driver here: " << driver << ")";
+  }
+  TempDir drivers;
+  std::filesystem::copy_file(icd, drivers.path() / "first.json");
+  std::filesystem::copy_file(icd, drivers.path() / "second.json");
+  run_in_child("VulkanTwoDevicesChild.EveryCollectiveThroughHostMemory",
+               {"VK_DRIVER_FILES=" + (drivers.path() / "first.json").string() + ":" +
+                    (drivers.path() / "second.json").string(),
+                "BACKPLANE_VULKAN_TEST_TWO_DEVICES_CHILD=1"});
+}
+
 // ---- no driver, no loader ------------------------------------------------------------
 
 // Run in a child process: the Vulkan loader reads VK_DRIVER_FILES once.

@@ -1,8 +1,11 @@
 // Communicators, the nine collectives and their requests, in the vulkan
 // plugin.
 //
-// Every rank of a comm is a logical device on one physical device, so all
-// of a comm's data moves device to device inside one VkDevice. A
+// When every rank of a comm is a logical device on one physical device, all
+// of a comm's data moves device to device inside one VkDevice. A comm
+// across physical devices runs on rank 0's, the other ranks' data copied
+// through host memory to stand-in buffers there and back
+// (run_across_devices); such calls complete before the start returns. A
 // collective is recorded into one command buffer and submitted once (about
 // 60 us per submit-and-wait on lavapipe, against ~7 us per recorded
 // command): data movement (broadcast, gather, scatter, all_gather,
@@ -107,8 +110,9 @@ struct Dispatch {
 
 struct bp_plugin_comm {
   bp_plugin_state *state = nullptr;
-  backplane::vulkan::Gpu *gpu = nullptr;
+  backplane::vulkan::Gpu *gpu = nullptr;  // rank 0's: where the collectives run
   std::vector<const backplane::vulkan::Device *> ranks;
+  std::uint32_t home_device = 0;  // rank 0's index among the plugin's devices
   std::string route;  // comm_info's line
   VkCommandPool pool = VK_NULL_HANDLE;
   // Slots are taken by collective_start and given back by request_release,
@@ -125,6 +129,15 @@ struct bp_plugin_comm {
   std::vector<backplane::vulkan::Dispatch> dispatches;
   std::vector<backplane::vulkan::Place> inputs, outputs;
   std::vector<std::uint64_t> shape;  // CallShape of the call being started
+
+  // Ranks on other physical devices than rank 0's ("away"): each has stand-in
+  // buffers on rank 0's device, which its data is copied into through host
+  // memory before the call and out of after it (run_across_devices). Empty
+  // when every rank is on rank 0's device.
+  std::vector<backplane::vulkan::Gpu *> away_gpus;  // each once
+  std::vector<std::unique_ptr<bp_plugin_buffer>> stand_in_send, stand_in_recv;  // per rank; NULL: not away
+  std::vector<bp_plugin_buffer *> send_on_home, recv_on_home;  // a call's arguments with the stand-ins
+  std::vector<std::byte> bounce;  // host memory between two staged devices
 
   ~bp_plugin_comm();
 };
@@ -678,8 +691,18 @@ void give_back(bp_plugin_comm &comm, Slot &slot) {
 }
 
 std::string describe_route(const bp_plugin_comm &comm) {
-  return "one VkDevice ('" + comm.gpu->name + "', " + std::to_string(comm.ranks.size()) +
-         " ranks): device to device, vkCmdCopyBuffer and compute shaders, one submission per collective";
+  const std::string ranks = std::to_string(comm.ranks.size()) + " ranks";
+  if (comm.away_gpus.empty()) {
+    return "one VkDevice ('" + comm.gpu->name + "', " + ranks +
+           "): device to device, vkCmdCopyBuffer and compute shaders, one submission per collective";
+  }
+  std::string devices = "'" + comm.gpu->name + "' (physical device " + std::to_string(comm.gpu->index) + ")";
+  for (const Gpu *away : comm.away_gpus) {
+    devices += ", '" + away->name + "' (physical device " + std::to_string(away->index) + ")";
+  }
+  return "through host memory: " + ranks + " on " + std::to_string(comm.away_gpus.size() + 1) + " VkDevices (" +
+         devices + "); the ranks away from rank 0's device are copied to and from stand-ins on it, where the "
+         "collective runs; calls complete before the start returns";
 }
 
 }  // namespace
@@ -695,15 +718,14 @@ std::int32_t Backend::comm_create(bp_plugin_state &state, std::span<const std::u
   }
   Gpu &gpu = *comm->ranks[0]->gpu;
   comm->gpu = &gpu;
-  for (std::size_t r = 1; r < comm->ranks.size(); ++r) {
-    if (comm->ranks[r]->gpu != &gpu) {
-      return fail(state.services, sink, BP_UNSUPPORTED_DEVICE,
-                  "vulkan comm_create: rank %zu ('%s') is on another physical device than rank 0 ('%s'); groups "
-                  "across Vulkan devices (through host memory) are not implemented yet",
-                  r, comm->ranks[r]->name.c_str(), comm->ranks[0]->name.c_str());
+  comm->home_device = devices[0];
+  for (const Device *rank : comm->ranks) {
+    if (rank->gpu != &gpu && std::find(comm->away_gpus.begin(), comm->away_gpus.end(), rank->gpu) == comm->away_gpus.end()) {
+      comm->away_gpus.push_back(rank->gpu);
     }
   }
   BP_VULKAN_CHECK(check_not_lost(state.services, sink, gpu));
+  for (Gpu *away : comm->away_gpus) BP_VULKAN_CHECK(check_not_lost(state.services, sink, *away));
   VkCommandPoolCreateInfo pool_info{};
   pool_info.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO;
   pool_info.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
@@ -714,6 +736,8 @@ std::int32_t Backend::comm_create(bp_plugin_state &state, std::span<const std::u
     return fail_vk(state.services, sink, gpu, result, "vkCreateCommandPool", "comm");
   }
   const std::size_t n = comm->ranks.size();
+  comm->stand_in_send.resize(n);
+  comm->stand_in_recv.resize(n);
   comm->inputs.assign(n, Place{});
   comm->outputs.assign(n, Place{});
   comm->entries.reserve(2 * n);
@@ -730,17 +754,12 @@ std::int32_t Backend::comm_info(bp_plugin_state &, bp_plugin_comm &comm, bp_plug
   return BP_OK;
 }
 
-// The host has checked the arguments (plugin.h, bp_collective_args): enums
-// in range and declared for every rank's device (so every shader a call
-// picks exists), roots, buffers present, on the rank's device and large
-// enough. Nothing is checked again.
-std::int32_t Backend::collective_start(bp_plugin_state &state, bp_plugin_comm &comm, const bp_collective_args &args,
-                                       bp_plugin_request **out, bp_error_sink *sink) {
+namespace {
+
+// The collective on rank 0's device, every buffer of `args` there.
+std::int32_t start_on_home_device(bp_plugin_state &state, bp_plugin_comm &comm, const bp_collective_args &args,
+                                  bool caller_waits, bp_plugin_request **out, bp_error_sink *sink) {
   Gpu &gpu = *comm.gpu;
-  BP_VULKAN_CHECK(check_not_lost(state.services, sink, gpu));
-  // A 1.0/1.1 host sends no flags and always waits at once (plugin.h).
-  const bool caller_waits =
-      args.struct_size < BP_COLLECTIVE_ARGS_SIZE_V1_2 || (args.flags & BP_COLLECTIVE_CALLER_WAITS) != 0;
   const char *name = kCollectiveNames[args.collective];
   // Before anything is submitted, so that running out of memory fails the
   // call before it started.
@@ -777,6 +796,137 @@ std::int32_t Backend::collective_start(bp_plugin_state &state, bp_plugin_comm &c
   request->collective = name;
   *out = request.release();
   return BP_OK;
+}
+
+// Bytes of rank r's send the collective reads, and of its recv it writes
+// (0: none), with B bytes per block of `count` elements.
+std::size_t send_bytes(const bp_collective_args &args, std::size_t n, std::size_t r, std::size_t block) {
+  switch (args.collective) {
+    case BP_BROADCAST: return r == args.root ? block : 0;
+    case BP_SCATTER: return r == args.root ? n * block : 0;
+    case BP_REDUCE_SCATTER:
+    case BP_ALL_TO_ALL: return n * block;
+    case BP_BARRIER: return 0;
+    default: return block;  // all_reduce, reduce, all_gather, gather
+  }
+}
+std::size_t recv_bytes(const bp_collective_args &args, std::size_t n, std::size_t r, std::size_t block) {
+  switch (args.collective) {
+    case BP_REDUCE: return r == args.root ? block : 0;
+    case BP_GATHER: return r == args.root ? n * block : 0;
+    case BP_ALL_GATHER:
+    case BP_ALL_TO_ALL: return n * block;
+    case BP_BARRIER: return 0;
+    default: return block;  // all_reduce, broadcast, reduce_scatter, scatter
+  }
+}
+
+// Waits until everything submitted to `gpu` so far has completed: what is
+// copied through host memory next is what those calls left.
+std::int32_t wait_for_submitted(bp_plugin_state &state, Gpu &gpu, bp_error_sink *sink, const char *what) {
+  BP_VULKAN_CHECK(check_not_lost(state.services, sink, gpu));
+  std::uint64_t submitted = 0;
+  {
+    std::lock_guard<std::mutex> lock(gpu.queue_mutex);
+    submitted = gpu.submitted;
+  }
+  if (submitted == 0) return BP_OK;
+  const VkResult result = wait_for(gpu, submitted, -1);
+  if (result != VK_SUCCESS) return fail_vk(state.services, sink, gpu, result, "vkWaitSemaphores", what);
+  return BP_OK;
+}
+
+// `bytes` from the start of `from` to the start of `to`, buffers on two
+// devices, through host memory: one memcpy where both are mapped, else
+// through whichever is, else through the comm's bounce memory.
+std::int32_t copy_between_devices(bp_plugin_state &state, bp_plugin_comm &comm, const bp_plugin_buffer &from,
+                                  bp_plugin_buffer &to, std::size_t bytes, bp_error_sink *sink) {
+  if (bytes == 0) return BP_OK;
+  if (to.block.mapped != nullptr) return Backend::buffer_read(state, from, 0, to.block.mapped, bytes, sink);
+  if (from.block.mapped != nullptr) return Backend::buffer_write(state, to, 0, from.block.mapped, bytes, sink);
+  if (comm.bounce.size() < bytes) comm.bounce.resize(bytes);
+  BP_VULKAN_CHECK(Backend::buffer_read(state, from, 0, comm.bounce.data(), bytes, sink));
+  return Backend::buffer_write(state, to, 0, comm.bounce.data(), bytes, sink);
+}
+
+// A stand-in on rank 0's device of at least `bytes` (made or grown: no call
+// of the comm is in flight).
+std::int32_t ensure_stand_in(bp_plugin_state &state, bp_plugin_comm &comm, std::unique_ptr<bp_plugin_buffer> &stand_in,
+                             std::size_t bytes, bp_error_sink *sink) {
+  if (stand_in && stand_in->bytes >= bytes) return BP_OK;
+  auto grown = std::make_unique<bp_plugin_buffer>();
+  grown->device = comm.home_device;
+  grown->bytes = bytes;
+  BP_VULKAN_CHECK(Backend::buffer_allocate(state, *grown, sink));
+  stand_in = std::move(grown);
+  return BP_OK;
+}
+
+// A comm across physical devices: every away rank's data the call reads
+// copied through host memory to its stand-ins on rank 0's device, the call
+// run there (and waited for), and what it wrote copied back. Complete when
+// this returns, so no request. Bounded by host copies: 2 x B per away rank
+// and call for all_reduce.
+std::int32_t run_across_devices(bp_plugin_state &state, bp_plugin_comm &comm, const bp_collective_args &args,
+                                bp_error_sink *sink) {
+  const char *name = kCollectiveNames[args.collective];
+  const std::size_t n = comm.ranks.size();
+  const std::size_t block = args.collective == BP_BARRIER ? 0 : args.count * kDtypeSizes[args.dtype];
+  BP_VULKAN_CHECK(wait_for_submitted(state, *comm.gpu, sink, name));
+  for (Gpu *away : comm.away_gpus) BP_VULKAN_CHECK(wait_for_submitted(state, *away, sink, name));
+  bp_collective_args on_home = args;
+  if (args.collective != BP_BARRIER) {
+    comm.send_on_home.assign(args.send, args.send + n);
+    comm.recv_on_home.assign(args.recv, args.recv + n);
+    for (std::size_t r = 0; r < n; ++r) {
+      if (comm.ranks[r]->gpu == comm.gpu) continue;
+      bp_plugin_buffer *send = args.send[r], *recv = args.recv[r];
+      // In place, the whole region either side uses goes in and comes back.
+      const bool in_place = send != nullptr && send == recv;
+      const std::size_t in = in_place ? std::max(send_bytes(args, n, r, block), recv_bytes(args, n, r, block))
+                                      : send_bytes(args, n, r, block);
+      if (send != nullptr && in != 0) {
+        BP_VULKAN_CHECK(ensure_stand_in(state, comm, comm.stand_in_send[r], in, sink));
+        BP_VULKAN_CHECK(copy_between_devices(state, comm, *send, *comm.stand_in_send[r], in, sink));
+        comm.send_on_home[r] = comm.stand_in_send[r].get();
+      }
+      const std::size_t out = recv_bytes(args, n, r, block);
+      if (in_place) {
+        comm.recv_on_home[r] = comm.send_on_home[r];
+      } else if (recv != nullptr && out != 0) {
+        BP_VULKAN_CHECK(ensure_stand_in(state, comm, comm.stand_in_recv[r], out, sink));
+        comm.recv_on_home[r] = comm.stand_in_recv[r].get();
+      }
+    }
+    on_home.send = comm.send_on_home.data();
+    on_home.recv = comm.recv_on_home.data();
+  }
+  BP_VULKAN_CHECK(start_on_home_device(state, comm, on_home, true, nullptr, sink));
+  if (args.collective == BP_BARRIER) return BP_OK;
+  for (std::size_t r = 0; r < n; ++r) {
+    if (comm.ranks[r]->gpu == comm.gpu || args.recv[r] == nullptr) continue;
+    const bool in_place = args.send[r] == args.recv[r];
+    const std::size_t out = in_place ? std::max(send_bytes(args, n, r, block), recv_bytes(args, n, r, block))
+                                     : recv_bytes(args, n, r, block);
+    if (out != 0) BP_VULKAN_CHECK(copy_between_devices(state, comm, *comm.recv_on_home[r], *args.recv[r], out, sink));
+  }
+  return BP_OK;
+}
+
+}  // namespace
+
+// The host has checked the arguments (plugin.h, bp_collective_args): enums
+// in range and declared for every rank's device (so every shader a call
+// picks exists), roots, buffers present, on the rank's device and large
+// enough. Nothing is checked again.
+std::int32_t Backend::collective_start(bp_plugin_state &state, bp_plugin_comm &comm, const bp_collective_args &args,
+                                       bp_plugin_request **out, bp_error_sink *sink) {
+  BP_VULKAN_CHECK(check_not_lost(state.services, sink, *comm.gpu));
+  if (!comm.away_gpus.empty()) return run_across_devices(state, comm, args, sink);
+  // A 1.0/1.1 host sends no flags and always waits at once (plugin.h).
+  const bool caller_waits =
+      args.struct_size < BP_COLLECTIVE_ARGS_SIZE_V1_2 || (args.flags & BP_COLLECTIVE_CALLER_WAITS) != 0;
+  return start_on_home_device(state, comm, args, caller_waits, out, sink);
 }
 
 std::int32_t Backend::request_test(bp_plugin_state &state, bp_plugin_request &request, bool &done,
