@@ -356,6 +356,24 @@ TEST(VulkanBuffers, WrappingMoreThanTheAllocationLimitIsOutOfMemory) {
 
 // ---- collectives ----------------------------------------------------------------
 
+// The conformance suite on the vulkan plugin under `options`: nothing
+// refused, no case failed (each failure named), more than `passed` cases run.
+conformance::ConformanceReport expect_vulkan_conforms(const char *options, bool quick, size_t passed) {
+  conformance::ConformanceOptions conformance_options;
+  conformance_options.plugin_options_json = options;
+  conformance_options.quick = quick;
+  conformance::ConformanceReport report =
+      conformance::run_conformance(plugin_path("vulkan").string(), conformance_options);
+  EXPECT_TRUE(report.refused_code.empty()) << report.refused_code << ": " << report.refused_message;
+  std::string failures;
+  for (const conformance::ConformanceRow &row : report.rows)
+    for (const std::string &failure : row.failures)
+      failures += row.collective + " " + row.dtype + " " + row.op + " " + row.mode + ": " + failure + "\n";
+  EXPECT_EQ(report.failed, 0u) << failures;
+  EXPECT_GT(report.passed, passed);
+  return report;
+}
+
 // Every declared case on groups of 1 to 4 ranks of one device, against the
 // reference, with the validation layer on: not one message.
 TEST(VulkanConformance, EveryDeclaredCaseRunsUnderTheValidationLayer) {
@@ -368,19 +386,9 @@ TEST(VulkanConformance, EveryDeclaredCaseRunsUnderTheValidationLayer) {
                               R"({"vulkan": {"ranks_per_device": 4, "validation": true, "reduce_inputs": "addresses"}})"}) {
     SCOPED_TRACE(options);
     CapturedLog log;
-    conformance::ConformanceOptions conformance_options;
-    conformance_options.plugin_options_json = options;
-    conformance_options.quick = std::string(options).find("staged") != std::string::npos ||
-                                std::string(options).find("addresses") != std::string::npos;
-    const conformance::ConformanceReport report =
-        conformance::run_conformance(plugin_path("vulkan").string(), conformance_options);
-    ASSERT_TRUE(report.refused_code.empty()) << report.refused_code << ": " << report.refused_message;
-    std::string failures;
-    for (const conformance::ConformanceRow &row : report.rows)
-      for (const std::string &failure : row.failures)
-        failures += row.collective + " " + row.dtype + " " + row.op + " " + row.mode + ": " + failure + "\n";
-    EXPECT_EQ(report.failed, 0u) << failures;
-    EXPECT_GT(report.passed, 1000u);
+    const bool quick = std::string(options).find("staged") != std::string::npos ||
+                       std::string(options).find("addresses") != std::string::npos;
+    const conformance::ConformanceReport report = expect_vulkan_conforms(options, quick, 1000);
     ASSERT_EQ(report.kinds.size(), 1u);
     EXPECT_GE(report.kinds[0].groups.back().size(), 3u) << "no multi-rank group ran";
     // Only integer avg is not declared.
@@ -738,18 +746,8 @@ TEST(VulkanTwoDevicesChild, EveryCollectiveThroughHostMemory) {
   }
   EXPECT_EQ(wrapped_memory[12], 212.0f) << "the wrapped rank's result is in the caller's memory";
 
-  conformance::ConformanceOptions conformance_options;
-  conformance_options.plugin_options_json = kOptions;
-  conformance_options.quick = true;  // groups of 2 (one device) and 4 (both), counts 0, 7 and 1000
-  const conformance::ConformanceReport report =
-      conformance::run_conformance(plugin_path("vulkan").string(), conformance_options);
-  ASSERT_TRUE(report.refused_code.empty()) << report.refused_code << ": " << report.refused_message;
-  std::string failures;
-  for (const conformance::ConformanceRow &row : report.rows)
-    for (const std::string &failure : row.failures)
-      failures += row.collective + " " + row.dtype + " " + row.op + " " + row.mode + ": " + failure + "\n";
-  EXPECT_EQ(report.failed, 0u) << failures;
-  EXPECT_GT(report.passed, 500u);
+  // Quick: groups of 2 (one device) and 4 (both), counts 0, 7 and 1000.
+  const conformance::ConformanceReport report = expect_vulkan_conforms(kOptions, true, 500);
   ASSERT_EQ(report.kinds.size(), 1u);
   EXPECT_EQ(report.kinds[0].groups.back().size(), 4u) << "the group across both devices did not run";
   expect_no_validation_messages(log);
