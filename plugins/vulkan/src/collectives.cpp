@@ -881,6 +881,8 @@ std::int32_t run_across_devices(bp_plugin_state &state, bp_plugin_comm &comm, co
     for (std::size_t r = 0; r < n; ++r) {
       if (comm.ranks[r]->gpu == comm.gpu) continue;
       bp_plugin_buffer *send = args.send[r], *recv = args.recv[r];
+      // What the call does not use of this rank stays off rank 0's device.
+      comm.send_on_home[r] = comm.recv_on_home[r] = nullptr;
       // In place, the whole region either side uses goes in and comes back.
       const bool in_place = send != nullptr && send == recv;
       const std::size_t in = in_place ? std::max(send_bytes(args, n, r, block), recv_bytes(args, n, r, block))
