@@ -81,6 +81,9 @@ const bp_host_services kServices = {
     .report_error = direct_report_error,
     .log = direct_log,
     .host_context = nullptr,
+    .describe_device = nullptr,
+    .describe_buffer = nullptr,
+    .read_buffer = nullptr,
 };
 
 // One plugin loaded by hand: two buffers per rank on devices 0 and 1, and a

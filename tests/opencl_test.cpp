@@ -1059,7 +1059,7 @@ class DirectPlugin {
   }
   static void ignore_log(void *, int32_t, const char *, const char *) {}
   static constexpr bp_host_services kServices = {sizeof(bp_host_services), nullptr, report_error, ignore_log,
-                                                 nullptr};
+                                                 nullptr,      nullptr, nullptr,      nullptr};
   void *handle_ = nullptr;
   bp_plugin_entry_args args_{};
 };

@@ -30,7 +30,7 @@ void report_error(bp_error_sink *sink, int32_t code, const char *message) {
 
 void ignore_log(void *, int32_t, const char *, const char *) {}
 
-const bp_host_services kServices = {sizeof(bp_host_services), nullptr, report_error, ignore_log, nullptr};
+const bp_host_services kServices = {sizeof(bp_host_services), nullptr, report_error, ignore_log, nullptr, nullptr, nullptr, nullptr};
 
 // One plugin file, loaded and entered as a host would, and destroyed after.
 class LoadedPlugin {

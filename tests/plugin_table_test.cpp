@@ -36,7 +36,7 @@ void report_error(bp_error_sink *sink, int32_t code, const char *message) {
 
 void ignore_log(void *, int32_t, const char *, const char *) {}
 
-const bp_host_services kServices = {sizeof(bp_host_services), nullptr, report_error, ignore_log, nullptr};
+const bp_host_services kServices = {sizeof(bp_host_services), nullptr, report_error, ignore_log, nullptr, nullptr, nullptr, nullptr};
 
 // An ABI struct of ours: zeros, its struct_size set.
 template <class Struct>

@@ -10,6 +10,7 @@
 
 #include "c_api_guard.hpp"
 #include "host.hpp"
+#include "layers.hpp"
 #include "log.hpp"
 #include "names.hpp"
 
@@ -74,10 +75,8 @@ Status find_device(bp_host &host, const char *name, bp_device **out) {
       .hint(count ? "use an index below " + std::to_string(count) : "this machine has no " + kind + " device");
 }
 
-Status create_buffer(bp_device *device, void *memory, size_t bytes, bool wrap, bp_buffer **out) {
+Status create_plain_buffer(bp_device *device, void *memory, size_t bytes, bool wrap, bp_buffer **out) {
   const char *function = wrap ? "bp_buffer_wrap_host" : "bp_buffer_create";
-  if (!device) return null_argument(function, "device");
-  if (!out) return null_argument(function, "out");
   LoadedPlugin &plugin = *device->kind->plugin;
   const uint32_t kind = device->kind->index_in_plugin;
   auto buffer = std::make_unique<bp_buffer>();
@@ -116,9 +115,57 @@ Status create_buffer(bp_device *device, void *memory, size_t bytes, bool wrap, b
     error.with("devices", nlohmann::json::array({device->describe()})).with("bytes", bytes);
     return error;
   }
+  buffer->serial = next_serial();
   retain_host(device->host);
   *out = buffer.release();
   return {};
+}
+
+// A call on a buffer operation of a layered device, as its hooks see it.
+bp_layer_call buffer_call(const bp_device &device, bp_layer_operation operation, const bp_buffer *buffer,
+                          size_t offset, size_t bytes, const void *memory) {
+  bp_layer_call call{};
+  call.struct_size = sizeof call;
+  call.operation = operation;
+  call.device = &device;
+  call.buffer = buffer;
+  call.offset = offset;
+  call.bytes = bytes;
+  call.host_memory = memory;
+  return call;
+}
+
+Status create_buffer(bp_device *device, void *memory, size_t bytes, bool wrap, bp_buffer **out) {
+  const char *function = wrap ? "bp_buffer_wrap_host" : "bp_buffer_create";
+  if (!device) return null_argument(function, "device");
+  if (!out) return null_argument(function, "out");
+  if (!device->layered()) [[likely]]
+    return create_plain_buffer(device, memory, bytes, wrap, out);
+  bp_layer_call call = buffer_call(*device, wrap ? BP_LAYER_BUFFER_WRAP_HOST : BP_LAYER_BUFFER_CREATE, nullptr, 0,
+                                   bytes, memory);
+  bp_buffer *made = nullptr;
+  const bp_buffer *made_view = nullptr;
+  Status status = around_buffer_call(*device, call, &made_view, [&]() -> Status {
+    Status created = create_plain_buffer(device, memory, bytes, wrap, &made);
+    made_view = made;
+    return created;
+  });
+  if (!status) {
+    bp_buffer_destroy(made);  // an after hook failed the call it saw succeed
+    return status;
+  }
+  *out = made;
+  return {};
+}
+
+// A transfer on a buffer (write, read), through the layers of its device.
+template <typename Transfer>
+Status transfer(const bp_buffer &buffer, bp_layer_operation operation, size_t offset, const void *memory,
+                size_t bytes, Transfer &&run) {
+  if (!buffer.device->layered()) [[likely]]
+    return run();
+  bp_layer_call call = buffer_call(*buffer.device, operation, &buffer, offset, bytes, memory);
+  return around_buffer_call(*buffer.device, call, nullptr, run);
 }
 
 Status check_range(const char *function, const bp_buffer *buffer, size_t offset, const void *data, size_t bytes) {
@@ -236,6 +283,8 @@ bp_error *bp_host_plugin(const bp_host *host, size_t index, bp_plugin_info *out)
     info.device_kinds = plugin.device_kind_pointers.data();
     info.device_kind_count = plugin.device_kind_pointers.size();
     info.kind_status = plugin.kind_status_pointers.data();
+    info.layer_kinds = plugin.layer_kind_pointers.data();
+    info.layer_kind_count = plugin.layer_kind_pointers.size();
     return write_out("bp_host_plugin", out, info, BP_PLUGIN_INFO_SIZE_V1_0);
   });
 }
@@ -286,11 +335,109 @@ bp_error *bp_device_get_info(const bp_device *device, bp_device_info *out) {
     info.property_keys = device->property_key_pointers.data();
     info.property_values = device->property_value_pointers.data();
     info.property_count = device->property_key_pointers.size();
+    info.layers = device->layer_name_pointers.data();
+    info.layer_count = device->layer_name_pointers.size();
+    info.over = device->over ? device->over->name.c_str() : nullptr;
+    info.base = device->base->name.c_str();
+    info.chain = device->layered() ? device->chain_text.c_str() : device->name.c_str();
     return write_out("bp_device_get_info", out, info, BP_DEVICE_INFO_SIZE_V1_0);
   });
 }
 
-bp_device *bp_device_base(bp_device *device) { return device; }
+bp_device *bp_device_base(bp_device *device) { return device ? device->base : nullptr; }
+
+bp_error *bp_device_wrap(bp_host *host, const bp_device_wrap_options *options, bp_device **out) {
+  return guarded([&]() -> Status {
+    constexpr const char *function = "bp_device_wrap";
+    if (!host) return null_argument(function, "host");
+    if (!options) return null_argument(function, "options");
+    if (!out) return null_argument(function, "out");
+    if (options->struct_size < BP_DEVICE_WRAP_OPTIONS_SIZE_V1_3)
+      return Error(BP_INVALID_ARGUMENT, "bp_device_wrap: options->struct_size is below its 1.3 size")
+          .hint("set struct_size = sizeof(bp_device_wrap_options)");
+    if (!options->over) return null_argument(function, "options->over");
+    if (options->over->host != host)
+      return Error(BP_INVALID_ARGUMENT, "bp_device_wrap: device '" + options->over->name + "' belongs to another host");
+    if (options->layer_count > 0 && !options->layers) return null_argument(function, "options->layers");
+    WrapRequest request;
+    request.over = options->over;
+    if (options->name) {
+      BoundedString name = read_bounded_string(options->name, kMaxPluginTextBytes);
+      if (name.too_long || name.text.empty() || name.text != options->name)
+        return Error(BP_INVALID_ARGUMENT, "bp_device_wrap: name is empty, longer than " +
+                                              std::to_string(kMaxPluginTextBytes) + " bytes, or not one line of UTF-8");
+      request.name = name.text;
+    }
+    if (options->layer_count > BP_LAYER_CHAIN_MAX * 4)
+      return Error(BP_NESTED_LAYER, "bp_device_wrap: " + std::to_string(options->layer_count) +
+                                        " layers, far deeper than the " + std::to_string(BP_LAYER_CHAIN_MAX) +
+                                        " a chain may have");
+    for (size_t i = 0; i < options->layer_count; ++i) {
+      if (!options->layers[i])
+        return Error(BP_INVALID_ARGUMENT, "bp_device_wrap: layers[" + std::to_string(i) + "] is NULL");
+      request.layers.push_back(read_bounded_string(options->layers[i], kMaxPluginTextBytes).text);
+    }
+    if (options->options_json && *options->options_json) {
+      request.options = nlohmann::json::parse(options->options_json, nullptr, false);
+      if (request.options.is_discarded() || !request.options.is_object())
+        return Error(BP_CONFIG, "bp_device_wrap: options_json is not a JSON object keyed by layer kind")
+            .hint("give e.g. {\"trace\": {\"file\": \"trace.json\"}}");
+    }
+    std::unique_lock lock(host->mutex);
+    const std::string name = request.name;
+    if (!name.empty()) {
+      for (const auto &device : host->devices)
+        if (device->name == name)
+          return Error(BP_INVALID_ARGUMENT, "bp_device_wrap: a device named '" + name + "' exists")
+              .hint("give the layered device a name of its own");
+    }
+    Expected<std::unique_ptr<bp_device>> device = build_layered_device(*host, request);
+    if (!device) return device.take_error();
+    for (const auto &existing : host->devices)
+      if (existing->name == (*device)->name)
+        return Error(BP_INVALID_ARGUMENT, "bp_device_wrap: a device named '" + existing->name + "' exists")
+            .hint("give the layered device a name of its own");
+    *out = device->get();
+    host->devices.push_back(std::move(*device));
+    return {};
+  });
+}
+
+bp_error *bp_host_flush(bp_host *host) {
+  return guarded([&]() -> Status {
+    if (!host) return null_argument("bp_host_flush", "host");
+    return flush_layers(*host);
+  });
+}
+
+size_t bp_host_layer_kind_count(const bp_host *host) {
+  if (!host) return 0;
+  std::shared_lock lock(host->mutex);
+  return host->layer_kinds.size();
+}
+
+bp_error *bp_host_layer_kind(const bp_host *host, size_t index, bp_layer_kind_info *out) {
+  return guarded([&]() -> Status {
+    if (!host) return null_argument("bp_host_layer_kind", "host");
+    std::shared_lock lock(host->mutex);
+    if (index >= host->layer_kinds.size())
+      return Error(BP_INVALID_ARGUMENT, "bp_host_layer_kind: index " + std::to_string(index) + " is past the " +
+                                            std::to_string(host->layer_kinds.size()) + " layer kinds");
+    const LayerKind &kind = *host->layer_kinds[index];
+    bp_layer_kind_info info{};
+    info.struct_size = sizeof info;
+    info.name = kind.name.c_str();
+    info.plugin = kind.plugin->name.c_str();
+    info.description = kind.description.c_str();
+    info.stackable = kind.stackable;
+    info.device_kinds = kind.wrap_pointers.data();
+    info.device_kind_count = kind.wrap_pointers.size();
+    info.option_names = kind.option_name_pointers.data();
+    info.option_descriptions = kind.option_description_pointers.data();
+    info.option_count = kind.option_name_pointers.size();
+    return write_out("bp_host_layer_kind", out, info, BP_LAYER_KIND_INFO_SIZE_V1_3);
+  });
+}
 
 size_t bp_host_capability_count(const bp_host *host) {
   if (!host) return 0;
@@ -322,8 +469,10 @@ bp_error *bp_buffer_write(bp_buffer *buffer, size_t offset, const void *source, 
     if (Status status = check_range("bp_buffer_write", buffer, offset, source, bytes); !status) return status;
     if (bytes == 0) return {};
     LoadedPlugin &plugin = *buffer->device->kind->plugin;
-    return call_plugin(plugin, "buffer_write", [&](bp_error_sink *sink) {
-      return plugin.functions.buffer_write(plugin.state, buffer->handle, offset, source, bytes, sink);
+    return transfer(*buffer, BP_LAYER_BUFFER_WRITE, offset, source, bytes, [&] {
+      return call_plugin(plugin, "buffer_write", [&](bp_error_sink *sink) {
+        return plugin.functions.buffer_write(plugin.state, buffer->handle, offset, source, bytes, sink);
+      });
     });
   });
 }
@@ -333,8 +482,10 @@ bp_error *bp_buffer_read(const bp_buffer *buffer, size_t offset, void *destinati
     if (Status status = check_range("bp_buffer_read", buffer, offset, destination, bytes); !status) return status;
     if (bytes == 0) return {};
     LoadedPlugin &plugin = *buffer->device->kind->plugin;
-    return call_plugin(plugin, "buffer_read", [&](bp_error_sink *sink) {
-      return plugin.functions.buffer_read(plugin.state, buffer->handle, offset, destination, bytes, sink);
+    return transfer(*buffer, BP_LAYER_BUFFER_READ, offset, destination, bytes, [&] {
+      return call_plugin(plugin, "buffer_read", [&](bp_error_sink *sink) {
+        return plugin.functions.buffer_read(plugin.state, buffer->handle, offset, destination, bytes, sink);
+      });
     });
   });
 }
@@ -346,12 +497,34 @@ bp_device *bp_buffer_device(const bp_buffer *buffer) { return buffer ? buffer->d
 void bp_buffer_destroy(bp_buffer *buffer) {
   if (!buffer) return;
   LoadedPlugin &plugin = *buffer->device->kind->plugin;
+  const bp_device &device = *buffer->device;
+  // A destroy is never refused: the layers see it, and what they say is logged.
+  bp_layer_call call{};
+  bool layers_saw = false;
+  if (device.layered()) [[unlikely]] {
+    try {
+      call = buffer_call(device, BP_LAYER_BUFFER_DESTROY, buffer, 0, buffer->bytes, nullptr);
+      Status before = before_chain(device, call);
+      layers_saw = before.ok();
+      if (!before) log(BP_LOG_WARN, "layers", "bp_buffer_destroy: " + before.error().message());
+    } catch (...) {
+    }
+  }
   if (!plugin.failed.load()) {
     try {
       plugin.functions.buffer_destroy(plugin.state, buffer->handle);
     } catch (...) {
       Status ignored = plugin_threw(plugin, "buffer_destroy", "an exception");
       (void)ignored;
+    }
+  }
+  if (layers_saw) {
+    try {
+      bp_layer_outcome outcome{};
+      outcome.struct_size = sizeof outcome;
+      Status after = after_chain(device, call, outcome);
+      if (!after) log(BP_LOG_WARN, "layers", "bp_buffer_destroy: " + after.error().message());
+    } catch (...) {
     }
   }
   bp_host *host = buffer->device->host;

@@ -14,10 +14,13 @@
 #include <vector>
 
 #include "host.hpp"
+#include "layers.hpp"
 #include "names.hpp"
 
 namespace backplane {
 namespace {
+
+Status finish_layered(InFlight &in_flight, Status outcome);
 
 std::string operation_text(uint32_t collective, uint32_t dtype, uint32_t op) {
   if (collective == BP_BARRIER) return "barrier";
@@ -215,7 +218,8 @@ nlohmann::json find_alternatives(const bp_group &group, uint32_t collective, uin
 // Step 1 for one rank's buffer: present, on the rank's device, big enough.
 // The test is all the success path runs; buffer_error says which part failed.
 bool buffer_fits(const bp_group &group, size_t rank, const bp_buffer *buffer, size_t needed_bytes) {
-  return buffer && buffer->device == group.ranks[rank] && buffer->bytes >= needed_bytes;
+  // Layers only observe: a buffer of the base, or of any device over it, is the rank's.
+  return buffer && buffer->device->base == group.ranks[rank]->base && buffer->bytes >= needed_bytes;
 }
 
 [[gnu::cold, gnu::noinline]] Status buffer_error(const bp_group &group, const bp_collective_request &request,
@@ -225,7 +229,7 @@ bool buffer_fits(const bp_group &group, size_t rank, const bp_buffer *buffer, si
     return invalid(group, request.collective, request.dtype, request.reduce_op,
                    std::string(side) + "[" + std::to_string(rank) + "] is NULL");
   }
-  if (buffer->device != group.ranks[rank]) {
+  if (buffer->device->base != group.ranks[rank]->base) {
     return invalid(group, request.collective, request.dtype, request.reduce_op,
                    std::string(side) + "[" + std::to_string(rank) + "] lives on '" + buffer->device->name +
                        "', not on rank " + std::to_string(rank) + "'s device '" + group.ranks[rank]->name + "'");
@@ -491,6 +495,8 @@ Status complete_locked(InFlight &in_flight, int64_t timeout_ns) {
     if (!status && status.error().code() == BP_TIMEOUT && timeout_ns >= 0) return status;
     release(plugin, in_flight.request);
     in_flight.request = nullptr;
+    if (in_flight.layered) [[unlikely]]
+      status = finish_layered(in_flight, std::move(status));
     if (!status) in_flight.outcome = std::make_unique<Error>(status.take_error());
     in_flight.complete.store(true, std::memory_order_release);
   }
@@ -537,7 +543,8 @@ void track(bp_group &group, const std::shared_ptr<InFlight> &in_flight) {
 // nanoseconds over the plugin's own function, no allocation): on success it
 // only tests and copies; errors are built in cold functions. `caller_waits`:
 // a blocking call, which waits for the request as soon as start returns.
-Status start(bp_group *group, const bp_collective_request *given, bool caller_waits, bp_plugin_request **started) {
+Status start(bp_group *group, const bp_collective_request *given, bool caller_waits, bp_plugin_request **started,
+             LayeredCall *layered) {
   if (!group || !given || given->struct_size < BP_COLLECTIVE_REQUEST_SIZE_V1_0) [[unlikely]]
     return request_error(group);
   const bp_collective_request &request = *given;
@@ -548,7 +555,8 @@ Status start(bp_group *group, const bp_collective_request *given, bool caller_wa
   size_t largest_bytes = 0;
   if (Status status = check_arguments(*group, request, &mode_flags, &largest_bytes); !status) [[unlikely]]
     return status;
-  // Step 2 (layers) comes with the layer plugins; today every device is its own base.
+  // Step 2: each rank's device is its base's kind and index (layers.hpp);
+  // the layers' hooks run around the plugin's call below.
   if (!group->kind) [[unlikely]]
     return mixed_kinds(*group, request.collective, request.dtype, request.reduce_op);
   Support support = group->capabilities.lookup(request.collective, request.dtype, request.reduce_op, mode_flags);
@@ -577,11 +585,52 @@ Status start(bp_group *group, const bp_collective_request *given, bool caller_wa
     args.recv = group->recv_handles.data();
   }
   args.flags = caller_waits ? BP_COLLECTIVE_CALLER_WAITS : 0;
+  if (group->layered) [[unlikely]] {
+    if (Status refused = before_collective(*group, request, caller_waits, *layered); !refused)
+      return about(refused.take_error(), *group, request.collective, request.dtype, request.reduce_op);
+  }
   Status status = call_plugin(plugin, "collective_start", [&](bp_error_sink *sink) {
     return plugin.functions.collective_start(plugin.state, group->comm, &args, started, sink);
   });
-  if (!status) return about(status.take_error(), *group, request.collective, request.dtype, request.reduce_op);
+  if (!status) {
+    if (group->layered) [[unlikely]]
+      status = after_collective(*layered, std::move(status));
+    return about(status.take_error(), *group, request.collective, request.dtype, request.reduce_op);
+  }
   return {};
+}
+
+// The after hooks of a layered collective, once it completed; a hook's
+// failure becomes the call's outcome.
+Status finish_layered(InFlight &in_flight, Status outcome) {
+  std::unique_ptr<LayeredCall> layered = std::move(in_flight.layered);
+  Status after = after_collective(*layered, std::move(outcome));
+  if (!after) {
+    const bp_group &group = *layered->group;
+    const bp_layer_call &call = layered->call;
+    return about(after.take_error(), group, call.collective, call.dtype, call.reduce_op);
+  }
+  return after;
+}
+
+// A blocking collective on a group with layered ranks: the hooks see the
+// call's arrays as given (no copy, no allocation).
+[[gnu::noinline]] Status run_layered_collective(bp_group &group, const bp_collective_request *request) {
+  LayeredCall layered;
+  bp_plugin_request *started = nullptr;
+  if (Status status = start(&group, request, true, &started, &layered); !status) return status;
+  InFlight in_flight;
+  in_flight.plugin = group.kind->plugin;
+  in_flight.request = started;
+  Status outcome;
+  if (started) {
+    std::lock_guard lock(in_flight.mutex);
+    outcome = complete_locked(in_flight, -1);
+  }
+  Status after = after_collective(layered, std::move(outcome));
+  if (!after && !after.error().context().contains("operation"))
+    return about(after.take_error(), group, request->collective, request->dtype, request->reduce_op);
+  return after;
 }
 
 }  // namespace
@@ -597,7 +646,9 @@ Status check_support(const bp_group &group, uint32_t collective, uint32_t dtype,
 
 Status run_collective(bp_group *group, const bp_collective_request *request) {
   bp_plugin_request *started = nullptr;
-  if (Status status = start(group, request, true, &started); !status) return status;
+  if (group && group->layered) [[unlikely]]
+    return run_layered_collective(*group, request);
+  if (Status status = start(group, request, true, &started, nullptr); !status) return status;
   if (!started) return {};
   InFlight in_flight;
   in_flight.plugin = group->kind->plugin;
@@ -609,15 +660,23 @@ Status run_collective(bp_group *group, const bp_collective_request *request) {
 Expected<bp_event *> start_collective(bp_group *group, const bp_collective_request *request) {
   auto event = std::make_unique<bp_event>();
   bp_plugin_request *started = nullptr;
-  if (Status status = start(group, request, false, &started); !status) return status.take_error();
+  std::unique_ptr<LayeredCall> layered;
+  if (group && group->layered) [[unlikely]]
+    layered = std::make_unique<LayeredCall>();
+  if (Status status = start(group, request, false, &started, layered.get()); !status) return status.take_error();
   if (started) {
     // Allocation failures past this point must not lose the request: it is
     // tracked before anything else can throw.
     auto in_flight = std::make_shared<InFlight>();
     in_flight->plugin = group->kind->plugin;
     in_flight->request = started;
+    in_flight->layered = std::move(layered);
     event->in_flight = in_flight;
     track(*group, in_flight);
+  } else if (layered) {
+    // Complete inside its start: the layers see it end now.
+    if (Status status = after_collective(*layered, {}); !status)
+      return about(status.take_error(), *group, request->collective, request->dtype, request->reduce_op);
   }
   event->host = group->host;
   retain_host(event->host);
@@ -645,6 +704,8 @@ bool test_event(bp_event *event) {
   if (!status || done) {
     release(*in_flight.plugin, in_flight.request);
     in_flight.request = nullptr;
+    if (in_flight.layered) [[unlikely]]
+      status = finish_layered(in_flight, std::move(status));
     if (!status) in_flight.outcome = std::make_unique<Error>(status.take_error());
     in_flight.complete.store(true, std::memory_order_release);
   }

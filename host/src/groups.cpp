@@ -7,6 +7,7 @@
 #include "c_api_guard.hpp"
 #include "fleet_problems.hpp"
 #include "host.hpp"
+#include "layers.hpp"
 
 namespace backplane {
 
@@ -40,9 +41,18 @@ Status create_group(bp_host *host, bp_device *const *ranks, size_t rank_count, c
                                               std::to_string(earlier) + " and rank " + std::to_string(rank))
             .hint("a device may appear once in a group");
       }
+      // Layered devices run on their base: two over one base are one device twice.
+      if (ranks[earlier]->base == device->base) {
+        return Error(BP_INVALID_ARGUMENT, "bp_group_create: ranks " + std::to_string(earlier) + " ('" +
+                                              ranks[earlier]->name + "') and " + std::to_string(rank) + " ('" +
+                                              device->name + "') are both device '" + device->base->name + "'")
+            .hint("a device may appear once in a group, with or without layers");
+      }
     }
+    group->layered = group->layered || device->layered();
     group->ranks.push_back(device);
   }
+  group->serial = next_serial();
   group->send_handles.resize(rank_count);
   group->recv_handles.resize(rank_count);
   DeviceKind *kind = group->ranks[0]->kind;

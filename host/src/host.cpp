@@ -124,11 +124,16 @@ bp_host::~bp_host() {
   // destroy their state and their libraries unload.
   workloads.clear();
   groups.clear();
-  devices.clear();
+  // Layered devices first, outermost first: each layer writes what it holds
+  // (trace files) while the devices under it are still there.
+  while (!devices.empty()) devices.pop_back();
+  layer_kinds.clear();
   kinds.clear();
   plugins.clear();
 }
 
 nlohmann::json bp_device::describe() const {
-  return {{"name", name}, {"kind", kind->name}, {"layers", nlohmann::json::array()}};
+  nlohmann::json described = {{"name", name}, {"kind", kind->name}, {"layers", layer_names}};
+  if (base != this) described["base"] = base->name;
+  return described;
 }

@@ -59,6 +59,11 @@ struct LoadedPlugin {
   // the pointers are NULL where it said nothing (for bp_plugin_info).
   std::vector<std::string> kind_statuses;
   std::vector<const char *> kind_status_pointers;
+  // The layer table (ABI 1.3), copied zero-extended; functions are all
+  // NULL for a plugin without layers.
+  bp_layer_functions layer_functions{};
+  std::vector<std::string> layer_kinds;            // names, in the table's order
+  std::vector<const char *> layer_kind_pointers;   // for bp_plugin_info
   // Set once bp_plugin_entry was called: from then on the library is unloaded
   // only after destroy() returned (else it stays mapped: plugin code may
   // still run on threads the plugin started).
@@ -117,6 +122,34 @@ struct DeviceKind {
   CapabilitySet capabilities;
 };
 
+// A layer kind and its rules (plugin.h, "layers").
+struct LayerKind {
+  std::string name, description;
+  LoadedPlugin *plugin = nullptr;
+  uint32_t index_in_plugin = 0;
+  bool stackable = false;
+  bool timed = false;
+  std::vector<std::string> wraps;  // device kinds; empty: every kind
+  struct Option {
+    std::string name, description;
+    bool path = false;
+  };
+  std::vector<Option> options;
+  // For bp_layer_kind_info.
+  std::vector<const char *> wrap_pointers, option_name_pointers, option_description_pointers;
+  std::string chain_rule() const;  // "not stackable, wraps every kind" (the CLI's text)
+};
+
+// One layer over one layered device: the plugin's instance.
+struct LayerInstance {
+  LayerKind *kind = nullptr;
+  bp_layer_instance *handle = nullptr;
+  LayerInstance() = default;
+  LayerInstance(const LayerInstance &) = delete;
+  LayerInstance &operator=(const LayerInstance &) = delete;
+  ~LayerInstance();  // instance_destroy
+};
+
 // A plugin file that was refused, with what it declared when its
 // descriptor could be read (for "alternatives" that failed to load).
 struct RefusedPlugin {
@@ -147,9 +180,24 @@ struct bp_device {
   // Set when the device declares less than its kind.
   std::unique_ptr<backplane::CapabilitySet> own_capabilities;
   const backplane::CapabilitySet &capabilities() const {
+    if (base != this) return base->capabilities();
     return own_capabilities ? *own_capabilities : kind->capabilities;
   }
   nlohmann::json describe() const;  // {"name", "kind", "layers"}
+
+  // Layers (layers.cpp). A layered device copies its base's kind, index,
+  // flags, memory and properties, so every path that runs on a device runs
+  // on the base; `chain` is what tells the hooks apart, and is empty (one
+  // test on the hot path, no indirect call) on a device without layers.
+  bp_device *base = this;    // through every layer
+  bp_device *over = nullptr; // directly under this device's own layers
+  std::vector<std::unique_ptr<backplane::LayerInstance>> own_layers;  // outermost first
+  std::vector<backplane::LayerInstance *> chain;  // own, then over's: outermost first
+  bool wants_time = false;   // some layer of the chain is BP_LAYER_TIMED
+  std::vector<std::string> layer_names;
+  std::vector<const char *> layer_name_pointers;
+  std::string chain_text;    // "trace → validate → cpu:0", or the name alone
+  bool layered() const { return !chain.empty(); }
 };
 
 struct bp_buffer {
@@ -159,9 +207,11 @@ struct bp_buffer {
   // The caller's memory of bp_buffer_wrap_host (NULL otherwise): dispatch
   // refuses a call whose ranks' wrapped ranges overlap.
   const std::byte *host_memory = nullptr;
+  uint64_t serial = 0;  // process-wide, never reused (bp_layer_buffer_facts)
 };
 
 namespace backplane {
+struct LayeredCall;  // layers.hpp
 // One collective that was started with a request, shared by its event and
 // its group's list of collectives in flight, so that either may go first.
 // `mutex` serialises waiting, testing and completing it.
@@ -171,6 +221,9 @@ struct InFlight {
   bp_plugin_request *request = nullptr;  // released and NULL once complete
   std::atomic<bool> complete{false};
   std::unique_ptr<Error> outcome;  // the failure, once complete
+  // A collective on a group with layered ranks: its `after` hooks run when
+  // it is seen complete (layers.hpp).
+  std::unique_ptr<LayeredCall> layered;
 };
 }  // namespace backplane
 
@@ -192,6 +245,10 @@ struct bp_group {
   // Whether the plugin may have several requests in flight on the comm
   // (plugin ABI minor >= 2); else the host waits for one before the next.
   bool plugin_queues = false;
+  // Some rank is a layered device: collectives run the layers' hooks.
+  bool layered = false;
+  uint64_t serial = 0;       // process-wide, never reused (bp_layer_call.group_serial)
+  uint64_t calls = 0;        // collectives started on a layered group, under the start claim
   // Collectives started with a request, in start order; completed entries
   // are dropped at the next start. Guarded by in_flight_mutex; `tracked`
   // mirrors its size for the one check a blocking call makes.
@@ -226,6 +283,7 @@ struct bp_host {
   std::vector<std::unique_ptr<backplane::DeviceKind>> kinds;
   std::vector<std::unique_ptr<bp_device>> devices;
   std::vector<bp_capability_info> capability_listing;
+  std::vector<std::unique_ptr<backplane::LayerKind>> layer_kinds;
   nlohmann::json plugin_options = nlohmann::json::object();
   // Plugin file name -> SHA-256 hex its content must have (bp_host_options).
   std::map<std::string, std::string, std::less<>> plugin_pins;

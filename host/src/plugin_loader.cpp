@@ -19,6 +19,7 @@
 #include "extensions.hpp"
 #include "file_digest.hpp"
 #include "host.hpp"
+#include "layers.hpp"
 #include "log.hpp"
 #include "names.hpp"
 #include "text.hpp"
@@ -239,10 +240,97 @@ Status read_capability_rows(const std::string &file, const std::string &table, c
 
 struct Candidate {
   std::unique_ptr<LoadedPlugin> plugin;
+  std::vector<std::unique_ptr<LayerKind>> layer_kinds;
   std::vector<CapabilitySet> kind_capabilities;
   std::vector<std::unique_ptr<bp_device>> devices;  // kind pointer filled in at registration
   std::vector<uint32_t> device_kind_indices;
 };
+
+constexpr size_t kMaxLayerKinds = 64;
+constexpr size_t kMaxLayerOptions = 64;
+constexpr size_t kMaxLayerStride = 1024;
+
+// The strings of one table entry: a name of [a-z0-9_]+ and a one-line text.
+Status read_identifier(const std::string &file, const std::string &what, const char *text, std::string &out) {
+  if (Status status = read_plugin_string(file, what, text, kMaxNameBytes, out); !status) return status;
+  if (!is_identifier(out.c_str())) return plugin_init_error(file, what + " '" + out + "' is missing or not of [a-z0-9_]");
+  return {};
+}
+
+// The layer table of ABI 1.3 (plugin.h, "layers"), when the descriptor's
+// chain holds one: its kinds with their rules and options, its functions.
+Status read_layer_table(const std::string &file, const bp_layer_table &table, Candidate &candidate) {
+  LoadedPlugin &plugin = *candidate.plugin;
+  if (table.struct_size < BP_LAYER_TABLE_SIZE_V1_3)
+    return plugin_init_error(file, "the layer table's struct_size is below its 1.3 size");
+  if (!table.functions || table.functions->struct_size < BP_LAYER_FUNCTIONS_SIZE_V1_3)
+    return plugin_init_error(file, "the layer table's functions are missing or smaller than their 1.3 size");
+  plugin.layer_functions = read_struct<bp_layer_functions>(table.functions, table.functions->struct_size);
+  if (!plugin.layer_functions.instance_create || !plugin.layer_functions.instance_destroy)
+    return plugin_init_error(file, "the layer table's instance_create or instance_destroy is NULL");
+  if (table.kind_count == 0) return plugin_init_error(file, "the layer table declares no layer kind");
+  if (!table.kinds) return plugin_init_error(file, "the layer table's kinds are NULL");
+  if (table.kind_count > kMaxLayerKinds)
+    return plugin_init_error(file, "declares " + std::to_string(table.kind_count) + " layer kinds, more than the " +
+                                       std::to_string(kMaxLayerKinds) + " a host accepts");
+  const size_t stride = table.kinds[0].struct_size;
+  if (stride < BP_LAYER_KIND_SIZE_V1_3 || stride > kMaxLayerStride)
+    return plugin_init_error(file, "layer kinds have struct_size " + std::to_string(stride) + ", outside [" +
+                                       std::to_string(BP_LAYER_KIND_SIZE_V1_3) + ", " + std::to_string(kMaxLayerStride) + "]");
+  const auto *bytes = reinterpret_cast<const unsigned char *>(table.kinds);
+  for (size_t k = 0; k < table.kind_count; ++k) {
+    const bp_layer_kind declared = read_struct<bp_layer_kind>(bytes + k * stride, stride);
+    auto kind = std::make_unique<LayerKind>();
+    const std::string what = "layer kind " + std::to_string(k);
+    if (Status status = read_identifier(file, what + "'s name", declared.name, kind->name); !status) return status;
+    for (const auto &earlier : candidate.layer_kinds)
+      if (earlier->name == kind->name) return plugin_init_error(file, "layer kind '" + kind->name + "' is declared twice");
+    if (Status status = read_plugin_string(file, what + "'s description", declared.description, kMaxTextBytes,
+                                           kind->description);
+        !status)
+      return status;
+    kind->plugin = &plugin;
+    kind->index_in_plugin = static_cast<uint32_t>(k);
+    kind->stackable = declared.flags & BP_LAYER_STACKABLE;
+    kind->timed = declared.flags & BP_LAYER_TIMED;
+    if (declared.device_kind_count > kMaxDeviceKinds || (declared.device_kind_count && !declared.device_kinds))
+      return plugin_init_error(file, "layer kind '" + kind->name + "' wraps a bad list of device kinds");
+    for (size_t d = 0; d < declared.device_kind_count; ++d) {
+      std::string wrapped;
+      if (Status status = read_identifier(file, "layer kind '" + kind->name + "' device kind " + std::to_string(d),
+                                          declared.device_kinds[d], wrapped);
+          !status)
+        return status;
+      kind->wraps.push_back(std::move(wrapped));
+    }
+    if (declared.option_count > kMaxLayerOptions || (declared.option_count && !declared.options))
+      return plugin_init_error(file, "layer kind '" + kind->name + "' declares a bad list of options");
+    const size_t option_stride = declared.option_count ? declared.options[0].struct_size : 0;
+    if (declared.option_count && (option_stride < BP_LAYER_OPTION_SIZE_V1_3 || option_stride > kMaxLayerStride))
+      return plugin_init_error(file, "layer kind '" + kind->name + "' options have struct_size " +
+                                         std::to_string(option_stride));
+    const auto *option_bytes = reinterpret_cast<const unsigned char *>(declared.options);
+    for (size_t o = 0; o < declared.option_count; ++o) {
+      const bp_layer_option option = read_struct<bp_layer_option>(option_bytes + o * option_stride, option_stride);
+      LayerKind::Option read;
+      const std::string option_what = "layer kind '" + kind->name + "' option " + std::to_string(o);
+      if (Status status = read_identifier(file, option_what + "'s name", option.name, read.name); !status) return status;
+      if (Status status = read_plugin_string(file, option_what + "'s description", option.description, kMaxTextBytes,
+                                             read.description);
+          !status)
+        return status;
+      read.path = option.flags & BP_LAYER_OPTION_PATH;
+      kind->options.push_back(std::move(read));
+    }
+    for (const std::string &wrapped : kind->wraps) kind->wrap_pointers.push_back(wrapped.c_str());
+    for (const LayerKind::Option &option : kind->options) {
+      kind->option_name_pointers.push_back(option.name.c_str());
+      kind->option_description_pointers.push_back(option.description.c_str());
+    }
+    candidate.layer_kinds.push_back(std::move(kind));
+  }
+  return {};
+}
 
 // The plugin file, opened once: what the trust checks looked at is what
 // the system loader maps (through /proc/self/fd), so nothing can swap the
@@ -434,7 +522,6 @@ Status open_and_enter(const bp_host &host, const fs::path &file, Candidate &cand
                                        std::to_string(BP_PLUGIN_DESCRIPTOR_SIZE_V1_0));
   }
   plugin->descriptor = read_struct<bp_plugin_descriptor>(raw, raw->struct_size);
-  skip_unknown_extensions(plugin->descriptor.next, "bp_plugin_descriptor");
   const bp_plugin_descriptor &descriptor = plugin->descriptor;
   if (!descriptor.functions || descriptor.functions->struct_size < BP_PLUGIN_FUNCTIONS_SIZE_V1_0)
     return plugin_init_error(path, "function table is missing or smaller than its ABI 1.0 size");
@@ -444,11 +531,19 @@ Status open_and_enter(const bp_host &host, const fs::path &file, Candidate &cand
   LoadedPlugin &loaded = *candidate.plugin;
   const bp_plugin_functions &functions = loaded.functions;
 
-  if (!functions.destroy || !functions.device_count || !functions.device_info || !functions.buffer_create ||
-      !functions.buffer_destroy || !functions.buffer_write || !functions.buffer_read || !functions.comm_create ||
-      !functions.comm_destroy || !functions.collective_start || !functions.request_test ||
-      !functions.request_wait || !functions.request_release)
+  // A plugin without device kinds (layers only) needs nothing but destroy.
+  const bool has_device_kinds = descriptor.device_kind_count > 0;
+  if (!functions.destroy ||
+      (has_device_kinds &&
+       (!functions.device_count || !functions.device_info || !functions.buffer_create ||
+        !functions.buffer_destroy || !functions.buffer_write || !functions.buffer_read || !functions.comm_create ||
+        !functions.comm_destroy || !functions.collective_start || !functions.request_test ||
+        !functions.request_wait || !functions.request_release)))
     return plugin_init_error(path, "a required function of the table is NULL");
+  if (const void *table = find_extension(descriptor.next, BP_EXTENSION_LAYER_TABLE, "bp_plugin_descriptor")) {
+    if (Status status = read_layer_table(path, *static_cast<const bp_layer_table *>(table), candidate); !status)
+      return status;
+  }
   if (Status status = read_plugin_string(path, "the plugin name", descriptor.name, kMaxNameBytes, loaded.name);
       !status)
     return status;
@@ -491,6 +586,18 @@ Status check_conflicts(const bp_host &host, const Candidate &candidate) {
           .with("plugin", {{"name", plugin.name}, {"version", plugin.version}})
           .with("loaded_from", other->file)
           .hint("keep one copy of libbackplane_" + plugin.name + ".so in the plugin directories");
+    }
+  }
+  for (const auto &layer : candidate.layer_kinds) {
+    for (const auto &registered : host.layer_kinds) {
+      if (registered->name != layer->name) continue;
+      return Error(BP_PLUGIN_CONFLICT, "layer kind '" + layer->name + "' of plugin '" + plugin.name + "' ('" +
+                                           plugin.file + "') is already provided by plugin '" +
+                                           registered->plugin->name + "' ('" + registered->plugin->file + "')")
+          .with("layer", layer->name)
+          .with("plugin", {{"name", plugin.name}, {"version", plugin.version}})
+          .with("owner", {{"name", registered->plugin->name}, {"file", registered->plugin->file}})
+          .hint("remove one of the two plugins from the plugin directories");
     }
   }
   for (const std::string &kind : plugin.device_kinds) {
@@ -680,6 +787,11 @@ void register_candidate(bp_host &host, Candidate &candidate) {
     candidate.devices[i]->kind = kinds[candidate.device_kind_indices[i]];
     host.devices.push_back(std::move(candidate.devices[i]));
   }
+  for (auto &layer : candidate.layer_kinds) {
+    plugin.layer_kinds.push_back(layer->name);
+    host.layer_kinds.push_back(std::move(layer));
+  }
+  for (const std::string &name : plugin.layer_kinds) plugin.layer_kind_pointers.push_back(name.c_str());
   for (const std::string &kind : plugin.device_kinds) plugin.device_kind_pointers.push_back(kind.c_str());
   for (const std::string &status : plugin.kind_statuses)
     plugin.kind_status_pointers.push_back(status.empty() ? nullptr : status.c_str());
@@ -760,7 +872,10 @@ fs::path install_plugin_directory() {
 }  // namespace
 
 const bp_host_services &host_services() {
-  static const bp_host_services services{sizeof(bp_host_services), nullptr, report_error, plugin_log, nullptr};
+  static const bp_host_services services{sizeof(bp_host_services), nullptr,
+                                         report_error,             plugin_log,
+                                         nullptr,                  describe_device_service,
+                                         describe_buffer_service,  read_buffer_service};
   return services;
 }
 

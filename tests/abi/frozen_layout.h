@@ -1,4 +1,4 @@
-/* The layouts of the structs of every released minor (1.0, 1.1, 1.2),
+/* The layouts of the structs of every released minor (1.0, 1.1, 1.2, 1.3),
  * frozen as literal numbers for x86-64 (LP64): a change to a released
  * struct must break this list. One X-macro, expanded by frozen_layout.c
  * (checked by the C compiler) and by abi_test.cpp (checked by the C++
@@ -17,12 +17,16 @@
 #define BP_FROZEN_LAYOUT(SIZE_V1_0, SIZEOF, FIELD)        \
   /* ---- plugin.h ---- */                                \
   SIZE_V1_0(BP_HOST_SERVICES_SIZE_V1_0, 40)               \
-  SIZEOF(bp_host_services, 40)                            \
+  SIZEOF(bp_host_services, 64)                            \
   FIELD(bp_host_services, struct_size, 0)                 \
   FIELD(bp_host_services, next, 8)                        \
   FIELD(bp_host_services, report_error, 16)               \
   FIELD(bp_host_services, log, 24)                        \
   FIELD(bp_host_services, host_context, 32)               \
+  SIZE_V1_0(BP_HOST_SERVICES_SIZE_V1_3, 64)               \
+  FIELD(bp_host_services, describe_device, 40)            \
+  FIELD(bp_host_services, describe_buffer, 48)            \
+  FIELD(bp_host_services, read_buffer, 56)                \
   SIZE_V1_0(BP_CAPABILITY_SIZE_V1_0, 36)                  \
   SIZEOF(bp_capability, 48)                               \
   FIELD(bp_capability, struct_size, 0)                    \
@@ -133,7 +137,7 @@
   SIZE_V1_0(BP_HOST_OPTIONS_SIZE_V1_2, 56)                \
   FIELD(bp_host_options, plugin_pins_json, 48)            \
   SIZE_V1_0(BP_PLUGIN_INFO_SIZE_V1_0, 64)                 \
-  SIZEOF(bp_plugin_info, 80)                              \
+  SIZEOF(bp_plugin_info, 96)                              \
   FIELD(bp_plugin_info, struct_size, 0)                   \
   FIELD(bp_plugin_info, next, 8)                          \
   FIELD(bp_plugin_info, name, 16)                         \
@@ -147,8 +151,11 @@
   FIELD(bp_plugin_info, kind_status, 64)                  \
   SIZE_V1_0(BP_PLUGIN_INFO_SIZE_V1_2, 80)                 \
   FIELD(bp_plugin_info, sha256, 72)                       \
+  SIZE_V1_0(BP_PLUGIN_INFO_SIZE_V1_3, 96)                 \
+  FIELD(bp_plugin_info, layer_kinds, 80)                  \
+  FIELD(bp_plugin_info, layer_kind_count, 88)             \
   SIZE_V1_0(BP_DEVICE_INFO_SIZE_V1_0, 72)                 \
-  SIZEOF(bp_device_info, 96)                              \
+  SIZEOF(bp_device_info, 136)                             \
   FIELD(bp_device_info, struct_size, 0)                   \
   FIELD(bp_device_info, next, 8)                          \
   FIELD(bp_device_info, name, 16)                         \
@@ -162,6 +169,12 @@
   FIELD(bp_device_info, property_keys, 72)                \
   FIELD(bp_device_info, property_values, 80)              \
   FIELD(bp_device_info, property_count, 88)               \
+  SIZE_V1_0(BP_DEVICE_INFO_SIZE_V1_3, 136)                \
+  FIELD(bp_device_info, layers, 96)                       \
+  FIELD(bp_device_info, layer_count, 104)                 \
+  FIELD(bp_device_info, over, 112)                        \
+  FIELD(bp_device_info, base, 120)                        \
+  FIELD(bp_device_info, chain, 128)                       \
   SIZE_V1_0(BP_CAPABILITY_INFO_SIZE_V1_0, 48)             \
   SIZEOF(bp_capability_info, 56)                          \
   FIELD(bp_capability_info, struct_size, 0)               \

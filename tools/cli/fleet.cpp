@@ -101,7 +101,7 @@ Result<GroupDescription> describe_group(const Host &host, const GroupView &group
     auto listed = [&](const PluginInfo &plugin) { return plugin.name == base->plugin; };
     if (std::any_of(description.plugins.begin(), description.plugins.end(), listed)) continue;
     auto found = std::find_if(loaded.begin(), loaded.end(), listed);
-    description.plugins.push_back(found != loaded.end() ? *found : PluginInfo{base->plugin, "", "", "", 0, 0, {}, {}});
+    description.plugins.push_back(found != loaded.end() ? *found : PluginInfo{base->plugin, "", "", "", 0, 0, {}, {}, {}});
   }
   return description;
 }

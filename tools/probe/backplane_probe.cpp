@@ -221,7 +221,12 @@ void probe(const Arguments &arguments, const nlohmann::json &options) {
     return;
   }
 
-  static const bp_host_services services{sizeof services, nullptr, report_error, plugin_log, nullptr};
+  // The probe builds no device: a layer's services have nothing to describe.
+  static const bp_host_services services{
+      sizeof services, nullptr, report_error, plugin_log, nullptr,
+      [](const struct bp_device *, bp_layer_device_facts *) -> int32_t { return BP_INVALID_ARGUMENT; },
+      [](const struct bp_buffer *, bp_layer_buffer_facts *) -> int32_t { return BP_INVALID_ARGUMENT; },
+      [](const struct bp_buffer *, size_t, void *, size_t, bp_error_sink *) -> int32_t { return BP_INVALID_ARGUMENT; }};
   bp_error_sink sink;
   bp_plugin_entry_args args{};
   args.struct_size = sizeof args;

@@ -48,7 +48,7 @@ extern "C" {
 #endif
 
 #define BP_API_VERSION_MAJOR 1
-#define BP_API_VERSION_MINOR 2
+#define BP_API_VERSION_MINOR 3
 
 /* The largest struct_size an out-struct may claim. */
 #define BP_OUT_STRUCT_SIZE_MAX 4096u
@@ -177,10 +177,14 @@ typedef struct bp_plugin_info {
   /* Since 1.2: the SHA-256 of the file's bytes, 64 hex digits: read before loading when pinned
    * (bp_host_options.plugin_pins_json), else at the first bp_host_plugin call; "" if unreadable. */
   const char *sha256;
+  /* Since 1.3: the layer kinds it provides (bp_host_layer_kind has their rules). */
+  const char *const *layer_kinds;
+  size_t layer_kind_count;
 } bp_plugin_info;
 #define BP_PLUGIN_INFO_SIZE_V1_0 BP_STRUCT_SIZE(bp_plugin_info, device_kind_count)
 #define BP_PLUGIN_INFO_SIZE_V1_1 BP_STRUCT_SIZE(bp_plugin_info, kind_status)
 #define BP_PLUGIN_INFO_SIZE_V1_2 BP_STRUCT_SIZE(bp_plugin_info, sha256)
+#define BP_PLUGIN_INFO_SIZE_V1_3 BP_STRUCT_SIZE(bp_plugin_info, layer_kind_count)
 
 BP_API size_t bp_host_plugin_count(const bp_host *host);
 BP_API bp_error *bp_host_plugin(const bp_host *host, size_t index, bp_plugin_info *out);
@@ -208,9 +212,19 @@ typedef struct bp_device_info {
   const char *const *property_keys;
   const char *const *property_values;
   size_t property_count;
+  /* Since 1.3: a layered device's chain, outermost first (layers[0] sees a
+   * call first), and the device it wraps and its base; kind, index, plugin,
+   * flags, memory and properties are then the base's. 0 layers, NULL over
+   * and base == the device's own name when it has none. */
+  const char *const *layers;
+  size_t layer_count;
+  const char *over; /* the device directly under its own layers */
+  const char *base; /* through every layer */
+  const char *chain; /* e.g. "trace → validate → cpu:0"; the name alone without layers */
 } bp_device_info;
 #define BP_DEVICE_INFO_SIZE_V1_0 BP_STRUCT_SIZE(bp_device_info, memory_bytes)
 #define BP_DEVICE_INFO_SIZE_V1_1 BP_STRUCT_SIZE(bp_device_info, property_count)
+#define BP_DEVICE_INFO_SIZE_V1_3 BP_STRUCT_SIZE(bp_device_info, chain)
 
 BP_API size_t bp_host_device_count(const bp_host *host);
 BP_API bp_device *bp_host_device(const bp_host *host, size_t index); /* NULL when out of range */
@@ -219,6 +233,55 @@ BP_API bp_error *bp_host_find_device(bp_host *host, const char *name, bp_device 
 BP_API bp_error *bp_device_get_info(const bp_device *device, bp_device_info *out);
 /* Through every layer to the base device (the device itself when it has none). */
 BP_API bp_device *bp_device_base(bp_device *device);
+
+/* ---- layers (since 1.3) ------------------------------------------------ */
+/* A layered device wraps a device (layered or not) in layers that see every
+ * call on it (trace records, validate checks); it runs where its base runs,
+ * with its base's capabilities. Buffers of the base and of any device over
+ * it are interchangeable at a rank; the host checks the nesting rules when
+ * the device is built: BP_NESTED_LAYER for a kind that is not stackable
+ * appearing twice in the chain, a chain deeper than 8 layers, a layer over
+ * a device kind it does not wrap (and, in fleet files, a cycle through
+ * "over"); BP_PLUGIN_NOT_FOUND for a layer no loaded plugin provides; each
+ * naming the whole chain ("trace → validate → trace → cpu:0"). */
+typedef struct bp_device_wrap_options {
+  size_t struct_size;
+  const void *next;
+  const char *name;  /* the new device's, unique on the host; NULL: the chain's text */
+  bp_device *over;   /* the device to wrap */
+  const char *const *layers; /* layer kind names, outermost first */
+  size_t layer_count;
+  /* Per layer, its options: {"trace": {"file": "t.json"}}; NULL or "" for none. */
+  const char *options_json;
+} bp_device_wrap_options;
+#define BP_DEVICE_WRAP_OPTIONS_SIZE_V1_3 BP_STRUCT_SIZE(bp_device_wrap_options, options_json)
+
+/* The new device belongs to the host (listed by bp_host_device) and lives
+ * as long as it. */
+BP_API bp_error *bp_device_wrap(bp_host *host, const bp_device_wrap_options *options, bp_device **out);
+
+/* Asks every layer to write out what it holds (trace files); the first
+ * failure is returned, the others logged. Layers also write at the host's
+ * destruction. */
+BP_API bp_error *bp_host_flush(bp_host *host);
+
+typedef struct bp_layer_kind_info {
+  size_t struct_size;
+  void *next;
+  const char *name;
+  const char *plugin;
+  const char *description;
+  bool stackable;
+  const char *const *device_kinds; /* what it wraps; 0 entries: every kind */
+  size_t device_kind_count;
+  const char *const *option_names; /* the options it takes, with one line each */
+  const char *const *option_descriptions;
+  size_t option_count;
+} bp_layer_kind_info;
+#define BP_LAYER_KIND_INFO_SIZE_V1_3 BP_STRUCT_SIZE(bp_layer_kind_info, option_count)
+
+BP_API size_t bp_host_layer_kind_count(const bp_host *host);
+BP_API bp_error *bp_host_layer_kind(const bp_host *host, size_t index, bp_layer_kind_info *out);
 
 /* ---- capabilities ------------------------------------------------------ */
 

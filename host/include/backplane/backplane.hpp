@@ -121,6 +121,7 @@ struct PluginInfo {
   std::vector<std::string> device_kinds;
   // Parallel to device_kinds: the plugin's line on each kind ("" when none).
   std::vector<std::string> kind_status;
+  std::vector<std::string> layer_kinds;  // 1.3
 };
 
 struct DeviceInfo {
@@ -129,6 +130,17 @@ struct DeviceInfo {
   uint64_t memory_bytes = 0;
   // The plugin's named facts about the device, in its order.
   std::vector<std::pair<std::string, std::string>> properties;
+  // Its layers, outermost first, the device under them and the base (1.3).
+  std::vector<std::string> layers;
+  std::string over, base, chain;
+};
+
+// A layer kind and its rules (1.3).
+struct LayerKindInfo {
+  std::string name, plugin, description;
+  bool stackable = false;
+  std::vector<std::string> device_kinds;  // empty: every kind
+  std::vector<std::pair<std::string, std::string>> options;  // name, description
 };
 
 using CapabilityInfo = bp_capability_info;
@@ -144,9 +156,13 @@ class Device {
     raw.struct_size = sizeof raw;
     if (bp_error *error = bp_device_get_info(device_, &raw)) return Error(error);
     DeviceInfo info{raw.name,  raw.kind,  raw.plugin,      raw.description ? raw.description : "",
-                    raw.index, raw.flags, raw.memory_bytes, {}};
+                    raw.index, raw.flags, raw.memory_bytes, {}, {}, {}, {}, {}};
     for (size_t i = 0; i < raw.property_count; ++i)
       info.properties.emplace_back(raw.property_keys[i], raw.property_values[i]);
+    info.layers.assign(raw.layers, raw.layers + raw.layer_count);
+    info.over = raw.over ? raw.over : "";
+    info.base = raw.base ? raw.base : info.name;
+    info.chain = raw.chain ? raw.chain : info.name;
     return info;
   }
   Device base() const { return Device(bp_device_base(device_)); }
@@ -405,6 +421,42 @@ class Host {
 
   bp_host *get() const { return host_.get(); }
 
+  // A layered device over `over` (bp_device_wrap): layers outermost first,
+  // options keyed by layer ("" for none), name "" for the chain's text.
+  Result<Device> wrap(Device over, const std::vector<std::string> &layers, const std::string &options_json = "",
+                      const std::string &name = "") {
+    std::vector<const char *> names;
+    for (const std::string &layer : layers) names.push_back(layer.c_str());
+    bp_device_wrap_options options{};
+    options.struct_size = sizeof options;
+    options.name = name.empty() ? nullptr : name.c_str();
+    options.over = over.get();
+    options.layers = names.data();
+    options.layer_count = names.size();
+    options.options_json = options_json.empty() ? nullptr : options_json.c_str();
+    bp_device *device = nullptr;
+    if (bp_error *error = bp_device_wrap(host_.get(), &options, &device)) return Error(error);
+    return Device(device);
+  }
+  // Every layer writes out what it holds (bp_host_flush).
+  Status flush() { return Status(bp_host_flush(host_.get())); }
+  std::vector<LayerKindInfo> layer_kinds() const {
+    std::vector<LayerKindInfo> kinds;
+    for (size_t i = 0; i < bp_host_layer_kind_count(host_.get()); ++i) {
+      bp_layer_kind_info raw{};
+      raw.struct_size = sizeof raw;
+      if (bp_error *error = bp_host_layer_kind(host_.get(), i, &raw)) {
+        bp_error_destroy(error);
+        continue;
+      }
+      LayerKindInfo kind{raw.name, raw.plugin, raw.description, raw.stackable,
+                         std::vector<std::string>(raw.device_kinds, raw.device_kinds + raw.device_kind_count), {}};
+      for (size_t o = 0; o < raw.option_count; ++o) kind.options.emplace_back(raw.option_names[o], raw.option_descriptions[o]);
+      kinds.push_back(std::move(kind));
+    }
+    return kinds;
+  }
+
   Status load_plugin(const std::string &path) {
     return Status(bp_host_load_plugin(host_.get(), path.c_str()));
   }
@@ -419,11 +471,12 @@ class Host {
         continue;
       }
       PluginInfo info{raw.name, raw.version, raw.file, raw.sha256 ? raw.sha256 : "", raw.abi_major, raw.abi_minor,
-                      {}, {}};
+                      {}, {}, {}};
       for (size_t k = 0; k < raw.device_kind_count; ++k) {
         info.device_kinds.emplace_back(raw.device_kinds[k]);
         info.kind_status.emplace_back(raw.kind_status && raw.kind_status[k] ? raw.kind_status[k] : "");
       }
+      for (size_t k = 0; k < raw.layer_kind_count; ++k) info.layer_kinds.emplace_back(raw.layer_kinds[k]);
       plugins.push_back(std::move(info));
     }
     return plugins;

@@ -68,7 +68,7 @@ extern "C" {
 #endif
 
 #define BP_PLUGIN_ABI_MAJOR 1
-#define BP_PLUGIN_ABI_MINOR 2
+#define BP_PLUGIN_ABI_MINOR 3
 
 #if defined(__GNUC__)
 #define BP_PLUGIN_EXPORT __attribute__((visibility("default")))
@@ -84,6 +84,38 @@ typedef struct bp_plugin_request bp_plugin_request; /* a started collective */
 
 /* Handle the host defines: where a failing call reports its error. */
 typedef struct bp_error_sink bp_error_sink;
+
+/* Since 1.3: one layer over one device, the layer plugin's. */
+typedef struct bp_layer_instance bp_layer_instance;
+/* The application's handles (backplane.h), which the host hands a layer's
+ * hooks as they are; a layer learns about them through the services below
+ * (describe_device, describe_buffer, read_buffer) and never looks inside. */
+struct bp_device;
+struct bp_buffer;
+
+/* Out-struct of bp_host_services.describe_device (since 1.3). */
+typedef struct bp_layer_device_facts {
+  size_t struct_size;
+  void *next;
+  const char *name;        /* the device's name: "cpu:0", or a layered one's, e.g. "t0" */
+  const char *kind;        /* its base device's kind */
+  const char *plugin;      /* the plugin that computes on it (its base's) */
+  const struct bp_device *base; /* through every layer; the device itself when it has none */
+  const char *base_name;
+  size_t layer_count;      /* the layers over the base, this device's own and those under it */
+} bp_layer_device_facts;
+#define BP_LAYER_DEVICE_FACTS_SIZE_V1_3 BP_STRUCT_SIZE(bp_layer_device_facts, layer_count)
+
+/* Out-struct of bp_host_services.describe_buffer (since 1.3). */
+typedef struct bp_layer_buffer_facts {
+  size_t struct_size;
+  void *next;
+  const struct bp_device *device; /* the device it was made on (layered or not) */
+  size_t bytes;
+  const void *host_memory; /* the caller's memory of bp_buffer_wrap_host, else NULL */
+  uint64_t serial;         /* never reused in the process: a buffer made where a freed one was is another */
+} bp_layer_buffer_facts;
+#define BP_LAYER_BUFFER_FACTS_SIZE_V1_3 BP_STRUCT_SIZE(bp_layer_buffer_facts, serial)
 
 typedef enum bp_log_level {
   BP_LOG_ERROR = 0,
@@ -105,8 +137,17 @@ typedef struct bp_host_services {
    * host, but a plugin should tolerate NULL (treat as "no logging"). */
   void (*log)(void *context, int32_t level, const char *category, const char *message);
   void *host_context;
+  /* Since 1.3, for layers: facts about a device or buffer the host handed a
+   * hook, and the bytes of a buffer, read through its base device's plugin
+   * (no layer sees that read). Valid for handles of the call being hooked;
+   * BP_INVALID_ARGUMENT for NULL. */
+  int32_t (*describe_device)(const struct bp_device *device, bp_layer_device_facts *out);
+  int32_t (*describe_buffer)(const struct bp_buffer *buffer, bp_layer_buffer_facts *out);
+  int32_t (*read_buffer)(const struct bp_buffer *buffer, size_t offset, void *destination, size_t bytes,
+                         bp_error_sink *sink);
 } bp_host_services;
 #define BP_HOST_SERVICES_SIZE_V1_0 BP_STRUCT_SIZE(bp_host_services, host_context)
+#define BP_HOST_SERVICES_SIZE_V1_3 BP_STRUCT_SIZE(bp_host_services, read_buffer)
 
 /* One row of the capability table: on every device of `device_kind`,
  * `collective` runs for every element type in `dtypes` combined with every
@@ -224,7 +265,9 @@ typedef struct bp_collective_args {
 
 /* The plugin's function table. Devices are addressed by (kind index into
  * the descriptor's device_kinds, device index < device_count). Every entry
- * is required unless it says "may be NULL". */
+ * is required unless it says "may be NULL"; a plugin that declares no
+ * device kind (a layer-only plugin, 1.3) may leave every entry but destroy
+ * NULL. */
 typedef struct bp_plugin_functions {
   size_t struct_size;
   const void *next;
@@ -317,6 +360,167 @@ typedef struct bp_plugin_functions {
 } bp_plugin_functions;
 #define BP_PLUGIN_FUNCTIONS_SIZE_V1_0 BP_STRUCT_SIZE(bp_plugin_functions, request_release)
 #define BP_PLUGIN_FUNCTIONS_SIZE_V1_1 BP_STRUCT_SIZE(bp_plugin_functions, comm_info)
+
+/* ---- layers (since 1.3) -------------------------------------------------
+ * A layer wraps one device and sees every call on it: the host calls its
+ * `before` hook with the call's arguments (it may refuse the call, which
+ * then never runs) and its `after` hook with the outcome and timing. A
+ * layer never changes which plugin computes nor what the capability table
+ * says: dispatch and bp_group_check look at the base device. The rules of
+ * nesting (a kind not stackable appearing twice in one chain, chains deeper
+ * than BP_LAYER_CHAIN_MAX, kinds it does not wrap) are the host's, checked
+ * when a layered device is built. A device without layers pays nothing.
+ *
+ * A plugin declares layer kinds through a bp_layer_table hung off its
+ * descriptor's `next` (type BP_EXTENSION_LAYER_TABLE), beside device kinds
+ * or instead of them: a plugin with no device kind implements only `destroy`
+ * of bp_plugin_functions. */
+
+#define BP_LAYER_CHAIN_MAX 8
+
+/* bp_layer_kind.flags */
+#define BP_LAYER_STACKABLE 0x1u /* may appear more than once in one chain */
+#define BP_LAYER_TIMED 0x2u     /* wants start_ns and end_ns in its outcomes (two clock reads a call) */
+
+/* bp_layer_option.flags */
+#define BP_LAYER_OPTION_PATH 0x1u /* a file name: a relative one resolves against the fleet file's folder */
+
+/* One option a layer kind takes: the host refuses any other key. */
+typedef struct bp_layer_option {
+  size_t struct_size;
+  const void *next;
+  const char *name; /* [a-z0-9_]+ */
+  const char *description; /* one line, e.g. "the trace file (Chrome trace-event JSON)" */
+  uint32_t flags;          /* BP_LAYER_OPTION_* */
+} bp_layer_option;
+#define BP_LAYER_OPTION_SIZE_V1_3 BP_STRUCT_SIZE(bp_layer_option, flags)
+
+typedef struct bp_layer_kind {
+  size_t struct_size;
+  const void *next;
+  const char *name;        /* [a-z0-9_]+, unique among loaded layer kinds */
+  const char *description; /* one line */
+  uint32_t flags;          /* BP_LAYER_* */
+  /* The device kinds it may wrap; 0 entries: every kind. */
+  const char *const *device_kinds;
+  size_t device_kind_count;
+  const bp_layer_option *options;
+  size_t option_count;
+} bp_layer_kind;
+#define BP_LAYER_KIND_SIZE_V1_3 BP_STRUCT_SIZE(bp_layer_kind, option_count)
+
+/* What a hooked call does. */
+typedef enum bp_layer_operation {
+  BP_LAYER_BUFFER_CREATE = 0,
+  BP_LAYER_BUFFER_WRAP_HOST = 1,
+  BP_LAYER_BUFFER_WRITE = 2,
+  BP_LAYER_BUFFER_READ = 3,
+  BP_LAYER_BUFFER_DESTROY = 4,
+  BP_LAYER_COLLECTIVE = 5,
+  BP_LAYER_OPERATION_COUNT = 6,
+  BP_LAYER_OPERATION_MAX_ENUM = 0x7FFFFFFF
+} bp_layer_operation;
+
+/* bp_layer_call.flags */
+#define BP_LAYER_CALL_IN_PLACE 0x1u /* this rank's send and recv are one buffer */
+#define BP_LAYER_CALL_ASYNC 0x2u    /* an _async call: `after` comes when its event completes */
+
+/* A call on a layered device, as its hooks see it; borrowed for the hook. */
+typedef struct bp_layer_call {
+  size_t struct_size;
+  const void *next;
+  uint32_t operation; /* bp_layer_operation */
+  uint32_t flags;     /* BP_LAYER_CALL_* */
+  const struct bp_device *device; /* the layered device the call is on */
+  /* Buffer operations: the buffer (NULL before create and wrap_host), the
+   * byte range (offset, bytes), and the caller's memory (wrap_host: what is
+   * wrapped; write: the source; read: the destination). */
+  const struct bp_buffer *buffer;
+  size_t offset;
+  size_t bytes; /* collectives: this rank's largest buffer, as nccl-tests counts */
+  const void *host_memory;
+  /* Collectives: the request and this device's place in the group. */
+  uint32_t collective; /* bp_collective */
+  uint32_t dtype;      /* bp_dtype; meaningless for barrier */
+  uint32_t reduce_op;  /* bp_reduce_op; meaningless unless it reduces */
+  uint32_t root;
+  size_t count;
+  uint32_t rank;       /* this device's rank */
+  size_t rank_count;
+  /* Per rank, the caller's arrays as given (NULL for barrier; an entry the
+   * collective does not use may be anything but is never dereferenced by
+   * the host), and each rank's device. */
+  const struct bp_buffer *const *send;
+  const struct bp_buffer *const *recv;
+  const struct bp_device *const *ranks;
+  uint64_t group_serial;  /* never reused in the process */
+  const char *group_name; /* "" when unnamed */
+  uint64_t call_serial;   /* the collective's number on its group, from 1, the same on every rank */
+} bp_layer_call;
+#define BP_LAYER_CALL_SIZE_V1_3 BP_STRUCT_SIZE(bp_layer_call, call_serial)
+
+typedef struct bp_layer_outcome {
+  size_t struct_size;
+  const void *next;
+  int32_t code;        /* BP_OK, or the code the call failed with */
+  const char *message; /* the failure's message, else NULL */
+  /* Steady-clock nanoseconds (CLOCK_MONOTONIC) when the call started and
+   * when it was seen complete; 0 unless the layer kind is BP_LAYER_TIMED. */
+  int64_t start_ns;
+  int64_t end_ns;
+  const struct bp_buffer *buffer; /* create and wrap_host: the new buffer (NULL on failure) */
+} bp_layer_outcome;
+#define BP_LAYER_OUTCOME_SIZE_V1_3 BP_STRUCT_SIZE(bp_layer_outcome, buffer)
+
+/* In-struct of instance_create. */
+typedef struct bp_layer_create_args {
+  size_t struct_size;
+  const void *next;
+  uint32_t layer_kind;            /* index into bp_layer_table.kinds */
+  const struct bp_device *device; /* the layered device being built (describe_device works on it) */
+  const char *device_name;
+  const char *chain;        /* the whole chain, outermost first, e.g. "trace → validate → cpu:0" */
+  const char *options_json; /* this layer's options, a JSON object checked against its declared keys; "{}" */
+} bp_layer_create_args;
+#define BP_LAYER_CREATE_ARGS_SIZE_V1_3 BP_STRUCT_SIZE(bp_layer_create_args, options_json)
+
+/* A layer plugin's functions. Hooks are called on the thread that makes
+ * the call (an _async collective's `after`: the thread that sees its event
+ * complete), concurrently across devices and groups; a hook must not call
+ * back into the application API. */
+typedef struct bp_layer_functions {
+  size_t struct_size;
+  const void *next;
+  int32_t (*instance_create)(bp_plugin_state *state, const bp_layer_create_args *args, bp_layer_instance **out,
+                             bp_error_sink *sink);
+  /* At the layered device's end (its host's destruction): a layer that
+   * writes a file writes what it holds. */
+  void (*instance_destroy)(bp_plugin_state *state, bp_layer_instance *instance);
+  /* Before the call: BP_OK lets it run; any other code refuses it, and the
+   * caller gets that code with the layer's message. May be NULL. */
+  int32_t (*before)(bp_plugin_state *state, bp_layer_instance *instance, const bp_layer_call *call,
+                    bp_error_sink *sink);
+  /* After the call (also after a refusal by a layer outside this one, with
+   * its code). A failure turns a successful call's outcome into that error;
+   * the call has run. May be NULL. */
+  int32_t (*after)(bp_plugin_state *state, bp_layer_instance *instance, const bp_layer_call *call,
+                   const bp_layer_outcome *outcome, bp_error_sink *sink);
+  /* Write out what it holds (bp_host_flush). May be NULL. */
+  int32_t (*flush)(bp_plugin_state *state, bp_layer_instance *instance, bp_error_sink *sink);
+} bp_layer_functions;
+#define BP_LAYER_FUNCTIONS_SIZE_V1_3 BP_STRUCT_SIZE(bp_layer_functions, flush)
+
+/* The layer family's table: a typed extension (its first three fields are
+ * bp_extension_header's) on bp_plugin_descriptor.next. */
+typedef struct bp_layer_table {
+  size_t struct_size;
+  void *next;
+  uint32_t type; /* BP_EXTENSION_LAYER_TABLE */
+  const bp_layer_kind *kinds;
+  size_t kind_count;
+  const bp_layer_functions *functions;
+} bp_layer_table;
+#define BP_LAYER_TABLE_SIZE_V1_3 BP_STRUCT_SIZE(bp_layer_table, functions)
 
 /* What a plugin is. */
 typedef struct bp_plugin_descriptor {

@@ -153,6 +153,8 @@ typedef struct bp_extension_header {
  * 1.2 itself: the registry exists so that the layer and transport tables
  * (and later extensions) have a place that every reader already skips. */
 #define BP_EXTENSION_NONE 0u
+/* 1.3: bp_layer_table (plugin.h), hung off bp_plugin_descriptor.next. */
+#define BP_EXTENSION_LAYER_TABLE 1u
 
 #ifdef __cplusplus
 } /* extern "C" */
