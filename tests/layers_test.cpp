@@ -375,4 +375,116 @@ TEST(LayeredDevices, EveryKindHereRunsUnderTwoLayers) {
   EXPECT_GE(kinds_run, 1u);
 }
 
+// Fleet files: layered entries over plain ones and over each other, a name
+// of several devices wrapped device by device, relative option paths from
+// the file's folder; each nesting rule as a problem with its JSON pointer.
+struct FleetProblem {
+  bp_code code;
+  std::string pointer, chain;
+};
+
+std::vector<FleetProblem> fleet_problems(const Error &error) {
+  std::vector<FleetProblem> problems;
+  for (const bp_error *problem : error.problems()) {
+    const char *chain = bp_error_field(problem, "chain");
+    problems.push_back({bp_error_code(problem), bp_error_field(problem, "pointer"), chain ? chain : ""});
+  }
+  return problems;
+}
+
+TEST(LayeredFleets, EntriesWrapDevicesAndOtherEntries) {
+  TempDir dir;
+  const std::filesystem::path fleet = dir.write_file("fleet.json", R"({
+    "version": 1,
+    "devices": [
+      {"name": "t0", "over": "v.0", "layers": ["empty"]},
+      {"name": "c", "kind": "cpu", "count": 2},
+      {"name": "v", "over": "c", "layers": ["journal"], "options": {"journal": {"journal": "journal.txt"}}}
+    ],
+    "groups": [{"name": "wrapped", "devices": ["v"]}, {"name": "mixed_chains", "devices": ["t0", "cpu:1"]}]
+  })");
+  {
+    Host host = layered_cpu_host();
+    Status loaded = host.load_fleet_file(fleet.string());
+    ASSERT_TRUE(loaded) << loaded.error().json();
+    bp_device *t0 = nullptr, *v1 = nullptr;
+    ASSERT_EQ(bp_host_find_device(host.get(), "t0", &t0), nullptr);
+    ASSERT_EQ(bp_host_find_device(host.get(), "v.1", &v1), nullptr);
+    EXPECT_EQ(Device(t0).info()->chain, "empty \u2192 journal \u2192 cpu:0");
+    EXPECT_EQ(Device(t0).info()->over, "v.0");
+    EXPECT_EQ(Device(v1).info()->chain, "journal \u2192 cpu:1");
+    for (const char *name : {"wrapped", "mixed_chains"}) {
+      SCOPED_TRACE(name);
+      Result<GroupView> group = host.find_group(name);
+      ASSERT_TRUE(group);
+      std::vector<Buffer> buffers;
+      std::vector<bp_buffer *> send;
+      for (size_t r = 0; r < 2; ++r) {
+        Result<Buffer> buffer = Buffer::create(Device(bp_group_device(group->get(), r)), sizeof(int32_t));
+        ASSERT_TRUE(buffer);
+        const int32_t value = int32_t(r) + 5;
+        ASSERT_TRUE(buffer->write(0, &value, sizeof value));
+        send.push_back(buffer->get());
+        buffers.push_back(std::move(*buffer));
+      }
+      ASSERT_EQ(bp_all_reduce(group->get(), send.data(), send.data(), 1, BP_I32, BP_SUM), nullptr);
+      int32_t sum = 0;
+      ASSERT_TRUE(buffers[1].read(0, &sum, sizeof sum));
+      EXPECT_EQ(sum, 11);
+    }
+  }
+  // Both journal layers wrote to journal.txt beside the fleet file.
+  const std::vector<std::string> lines = read_lines(dir.path() / "journal.txt");
+  EXPECT_EQ(std::count(lines.begin(), lines.end(), "after all_reduce rank 0 code 0"), 2) << lines.size();
+  EXPECT_EQ(std::count(lines.begin(), lines.end(), "after all_reduce rank 1 code 0"), 1);
+}
+
+TEST(LayeredFleets, EveryNestingProblemNamesItsPointerAndChain) {
+  struct Case {
+    const char *what;
+    const char *devices;
+    FleetProblem expected;
+  } cases[] = {
+      {"not stackable, twice",
+       R"([{"name": "a", "over": "cpu:0", "layers": ["journal"]}, {"name": "b", "over": "a", "layers": ["journal"]}])",
+       {BP_NESTED_LAYER, "/devices/1/layers", "journal \u2192 journal \u2192 cpu:0"}},
+      {"a cycle through over",
+       R"([{"name": "x", "over": "y", "layers": ["empty"]}, {"name": "y", "over": "x", "layers": ["empty"]}])",
+       {BP_NESTED_LAYER, "/devices/0/over", "x \u2192 y \u2192 x"}},
+      {"an entry over itself", R"([{"name": "x", "over": "x", "layers": ["empty"]}])",
+       {BP_NESTED_LAYER, "/devices/0/over", "x \u2192 x"}},
+      {"deeper than 8",
+       R"([{"name": "a", "over": "cpu:0", "layers": ["empty", "empty", "empty", "empty", "empty"]},
+           {"name": "b", "over": "a", "layers": ["empty", "empty", "empty", "empty"]}])",
+       {BP_NESTED_LAYER, "/devices/1/layers",
+        "empty \u2192 empty \u2192 empty \u2192 empty \u2192 empty \u2192 empty \u2192 empty \u2192 empty "
+        "\u2192 empty \u2192 cpu:0"}},
+      {"a kind it does not wrap", R"([{"name": "a", "over": "cpu:1", "layers": ["vulkan_only"]}])",
+       {BP_NESTED_LAYER, "/devices/0/layers", "vulkan_only \u2192 cpu:1"}},
+      {"a layer no plugin provides", R"([{"name": "a", "over": "cpu:0", "layers": ["empty", "jurnal"]}])",
+       {BP_PLUGIN_NOT_FOUND, "/devices/0/layers/1", "empty \u2192 jurnal \u2192 cpu:0"}},
+      {"an option the layer does not take",
+       R"([{"name": "a", "over": "cpu:0", "layers": ["journal"], "options": {"journal": {"jornal": "x"}}}])",
+       {BP_CONFIG, "/devices/0/options/journal", "journal \u2192 cpu:0"}},
+      {"a kind besides over", R"([{"name": "a", "kind": "cpu", "over": "cpu:0", "layers": ["empty"]}])",
+       {BP_CONFIG, "/devices/0/kind", ""}},
+      {"layers without over", R"([{"name": "a", "layers": ["empty"]}])", {BP_CONFIG, "/devices/0", ""}},
+      {"over a device that does not exist", R"([{"name": "a", "over": "cpu:9", "layers": ["empty"]}])",
+       {BP_CONFIG, "/devices/0/over", ""}},
+  };
+  for (const Case &test : cases) {
+    SCOPED_TRACE(test.what);
+    Host host = layered_cpu_host();
+    const size_t devices_before = bp_host_device_count(host.get());
+    Status loaded = host.load_fleet_text(std::string(R"({"version": 1, "devices": )") + test.devices + "}");
+    ASSERT_FALSE(loaded);
+    const std::vector<FleetProblem> problems = fleet_problems(loaded.error());
+    ASSERT_EQ(problems.size(), 1u) << loaded.error().json();
+    EXPECT_EQ(problems[0].code, test.expected.code) << loaded.error().json();
+    EXPECT_EQ(problems[0].pointer, test.expected.pointer);
+    EXPECT_EQ(problems[0].chain, test.expected.chain);
+    EXPECT_EQ(bp_host_device_count(host.get()), devices_before);  // all or nothing
+  }
+}
+
 }  // namespace

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "fleet_meaning.hpp"
+#include "layers.hpp"
 #include "fleet_schema.hpp"
 #include "host.hpp"
 #include "names.hpp"
@@ -29,8 +30,8 @@ constexpr size_t max_fleet_sizes = size_t{1} << 16;
 // checked in bounded time.
 class FleetLoader {
  public:
-  FleetLoader(bp_host &host, const nlohmann::json &document, Problems &problems)
-      : host_(host), document_(document), problems_(problems) {}
+  FleetLoader(bp_host &host, const nlohmann::json &document, const fs::path &base, Problems &problems)
+      : host_(host), document_(document), base_(base), problems_(problems) {}
 
   ~FleetLoader() {
     for (bp_group *group : groups_) destroy_group(group);
@@ -142,9 +143,7 @@ class FleetLoader {
       }
       first_device_entry_[name] = at;
       if (entry.contains("over") || entry.contains("layers")) {
-        problems_.add(BP_CONFIG, at + (entry.contains("over") ? "/over" : "/layers"),
-                      entry.contains("over") ? entry["over"] : entry["layers"],
-                      "layered devices are not available in this version", "remove 'over' and 'layers'");
+        layered_entries_.emplace(name, i);  // built once every plain device is known
         continue;
       }
       if (!entry.contains("kind")) {
@@ -182,6 +181,109 @@ class FleetLoader {
       for (const bp_device *device : named) declared.emplace(device->index, name);
       names_[name] = std::move(named);
     }
+    for (const auto &[name, entry] : layered_entries_) {
+      if (problems_.full()) break;
+      std::vector<std::string> path;
+      build_layered(name, path);
+    }
+  }
+
+  // A layered entry, {"name", "over", "layers", "options"}: the device(s)
+  // it names, each wrapped (layers.cpp checks the nesting rules). `path` is
+  // the chain of entries being built, to find a cycle through "over".
+  // Returns false when the entry (or one under it) has a problem.
+  bool build_layered(const std::string &name, std::vector<std::string> &path) {
+    if (names_.count(name)) return true;
+    if (failed_layered_.count(name)) return false;
+    const size_t i = layered_entries_.at(name);
+    const nlohmann::json &entry = document_["devices"][i];
+    const std::string at = "/devices/" + std::to_string(i);
+    if (std::find(path.begin(), path.end(), name) != path.end()) {
+      std::vector<std::string> cycle(std::find(path.begin(), path.end(), name), path.end());
+      cycle.push_back(name);
+      problems_.add(layer_cycle_error(cycle), at + "/over", entry.value("over", nlohmann::json()));
+      failed_layered_.insert(cycle.begin(), cycle.end());
+      return false;
+    }
+    auto fail = [&] {
+      failed_layered_.insert(name);
+      return false;
+    };
+    for (const char *field : {"kind", "index", "count"}) {
+      if (!entry.contains(field)) continue;
+      problems_.add(BP_CONFIG, at + "/" + field, entry[field],
+                    std::string("a layered device takes its '") + field + "' from the device it wraps",
+                    "remove \"" + std::string(field) + "\", or remove \"over\" and \"layers\"");
+      return fail();
+    }
+    if (!entry.contains("over") || !entry.contains("layers")) {
+      const bool has_over = entry.contains("over");
+      problems_.add(BP_CONFIG, at, entry,
+                    has_over ? "a layered device needs 'layers' besides 'over'" : "'layers' need the device they wrap, 'over'",
+                    has_over ? "add \"layers\": [\"trace\"], for example" : "add \"over\": \"cpu:0\", for example");
+      return fail();
+    }
+    const std::string over = entry["over"].get<std::string>();
+    // "v.1": one of the devices a layered entry "v" over several made.
+    std::string over_entry = over;
+    if (!layered_entries_.count(over) && over.rfind('.') != std::string::npos)
+      over_entry = over.substr(0, over.rfind('.'));
+    std::vector<bp_device *> under;
+    if (layered_entries_.count(over_entry)) {
+      path.push_back(name);
+      const bool built = build_layered(over_entry, path);
+      path.pop_back();
+      if (!built) return fail();
+      under = resolve(at + "/over", over);
+      if (under.empty()) return fail();
+    } else {
+      under = resolve(at + "/over", over);
+      if (under.empty()) return fail();
+    }
+    WrapRequest request;
+    request.layers = entry["layers"].get<std::vector<std::string>>();
+    request.options = entry.value("options", nlohmann::json::object());
+    request.base = base_;
+    std::vector<bp_device *> made;
+    for (size_t k = 0; k < under.size(); ++k) {
+      request.over = under[k];
+      request.name = under.size() == 1 ? name : name + "." + std::to_string(k);
+      if (host_device_named(request.name)) {
+        problems_.add(BP_CONFIG, at + "/name", name, "a device named '" + request.name + "' exists on the host",
+                      "give the layered device another name");
+        return fail();
+      }
+      Expected<std::unique_ptr<bp_device>> device = build_layered_device(host_, request);
+      if (!device) {
+        Error error = device.take_error();
+        std::string pointer = at + "/layers";
+        if (error.code() == BP_PLUGIN_NOT_FOUND && error.context().contains("layer")) {
+          const std::string missing = error.context()["layer"].get<std::string>();
+          for (size_t l = 0; l < request.layers.size(); ++l)
+            if (request.layers[l] == missing) pointer = at + "/layers/" + std::to_string(l);
+        } else if (error.code() == BP_CONFIG) {
+          pointer = at + "/options";
+          if (error.context().contains("layer") && request.options.contains(error.context()["layer"].get<std::string>()))
+            pointer += "/" + error.context()["layer"].get<std::string>();
+        }
+        problems_.add(std::move(error), pointer, value_at(document_, pointer));
+        return fail();
+      }
+      made.push_back(device->get());
+      layered_.push_back(std::move(*device));
+    }
+    if (made.size() > 1)
+      for (size_t k = 0; k < made.size(); ++k) names_[name + "." + std::to_string(k)] = {made[k]};
+    names_[name] = std::move(made);
+    return true;
+  }
+
+  bool host_device_named(const std::string &name) const {
+    for (const auto &device : host_.devices)
+      if (device->name == name) return true;
+    for (const auto &device : layered_)
+      if (device->name == name) return true;
+    return false;
   }
 
   void check_options(const std::string &pointer, const std::string &kind, const nlohmann::json &options) {
@@ -461,6 +563,8 @@ class FleetLoader {
   }
 
   void commit() {
+    for (auto &device : layered_) host_.devices.push_back(std::move(device));
+    layered_.clear();
     for (auto &[name, devices] : names_) host_.device_names.emplace(name, std::move(devices));
     for (bp_group *group : groups_) host_.groups.emplace_back(group, destroy_group);
     groups_.clear();
@@ -474,7 +578,14 @@ class FleetLoader {
 
   bp_host &host_;
   const nlohmann::json &document_;
+  const fs::path &base_;  // where relative paths of layer options start
   Problems &problems_;
+  // Layered entries by name -> index in "devices"; the devices they made,
+  // not yet the host's (destroyed with the loader unless committed), and
+  // the entries that failed.
+  std::map<std::string, size_t> layered_entries_;
+  std::vector<std::unique_ptr<bp_device>> layered_;
+  std::set<std::string> failed_layered_;
   // The host's devices by kind, each at its index (NULL in a gap).
   std::map<std::string, std::vector<bp_device *>, std::less<>> devices_by_kind_;
   std::map<std::string, std::string> first_device_entry_;
@@ -571,7 +682,7 @@ Status load_into(bp_host &host, const nlohmann::json &document, const fs::path &
   if (load_plugin_dirs && take_fleet_plugin_checks(host, document, problems)) {
     for (const fs::path &directory : directories) load_directory(host, directory, true);
   }
-  FleetLoader loader(host, document, problems);
+  FleetLoader loader(host, document, base, problems);
   return loader.load();
 }
 

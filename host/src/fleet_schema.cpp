@@ -223,8 +223,10 @@ void add_schema_problem(Problems &problems, const nlohmann::json &document, std:
     const std::optional<nlohmann::json> pattern = schema_bound(document, pointer, "pattern");
     reason = value.dump() + " does not match " + (pattern ? pattern->get<std::string>() : "the pattern");
     const std::string field = pointer.substr(pointer.rfind('/') + 1);
-    if (field == "name" || field == "over")
+    if (field == "name")
       hint = "a name is letters, digits, '_', '.' and '-', starting with a letter or '_'";
+    else if (field == "over")
+      hint = "name a device of the fleet, or one as kind:index, e.g. cpu:0";
     else if (field == "kind")
       hint = "a device kind is lower-case letters, digits and '_'";
   } else if (starts_with("Failed to validate against exactly one child schema")) {
