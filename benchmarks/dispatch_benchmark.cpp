@@ -4,6 +4,10 @@
 //     2 f32 over 2 ranks, through the plugin's function table (dlopen'ed and
 //     driven by hand) and through bp_all_reduce. Target: the C API costs at
 //     most 50 ns more, and allocates nothing on success.
+//   BM_LayeredCApiCall/<layer>: the same bp_all_reduce (8 bytes a rank) on
+//     the trivial plugin with both ranks wrapped in one layer: "empty" (the
+//     fixture layer whose hooks return at once) and "trace". Targets over
+//     BM_CApiCall/trivial: at most 20 ns and 150 ns a call, no allocation.
 //   BM_HostCreate16Plugins: bp_host_create over a directory of 16 plugin
 //     files, then bp_host_destroy. Target: at most 10 ms (median).
 // After the runs, a summary prints the differences and whether each target
@@ -46,6 +50,17 @@ constexpr float kSums[kCount] = {11.0f, 22.0f};
 constexpr size_t kHostCreatePlugins = 16;
 
 constexpr double kOverheadTargetNs = 50.0;
+
+// A layer both ranks of the layered benchmark are wrapped in.
+struct LayerUnderTest {
+  const char *name;
+  const char *plugin_file;  // "" when the build has no such plugin
+  double target_ns;         // over the bare C API call
+};
+constexpr LayerUnderTest kLayers[] = {
+    {"empty", BACKPLANE_BENCH_EMPTY_LAYER_PLUGIN, 20.0},
+    {"trace", BACKPLANE_BENCH_TRACE_PLUGIN, 150.0},
+};
 constexpr double kHostCreateTargetMs = 10.0;
 
 // A plugin both sides of the dispatch comparison load.
@@ -179,15 +194,34 @@ class DirectPlugin {
 // A host with exactly one plugin file loaded, buffers as above, and a group.
 class HostSetup {
  public:
-  explicit HostSetup(const PluginUnderTest &plugin) {
+  // With `layer`, each rank's device is wrapped in it (a trace goes to a
+  // file in the working directory, removed afterwards).
+  explicit HostSetup(const PluginUnderTest &plugin, const LayerUnderTest *layer = nullptr) {
     bp_host_options options{};
     options.struct_size = sizeof options;
     options.flags = BP_HOST_IGNORE_ENV_PATH | BP_HOST_IGNORE_INSTALL_PATH;
     if (!check(bp_host_create(&options, &host)) || !check(bp_host_load_plugin(host, plugin.file))) return;
+    if (layer && !check(bp_host_load_plugin(host, layer->plugin_file))) return;
     bp_device *devices[kRanks] = {};
     for (size_t rank = 0; rank < kRanks; ++rank) {
       const std::string name = std::string(plugin.kind) + ":" + std::to_string(rank);
-      if (!check(bp_host_find_device(host, name.c_str(), &devices[rank])) ||
+      if (!check(bp_host_find_device(host, name.c_str(), &devices[rank]))) return;
+      if (layer) {
+        static int setups = 0;
+        if (rank == 0) ++setups;
+        trace_file = "dispatch_benchmark_trace_" + std::to_string(getpid()) + "_" + std::to_string(setups) + ".json";
+        const std::string layer_options = std::string("trace") == layer->name
+                                              ? R"({"trace": {"file": ")" + trace_file + R"("}})"
+                                              : "";
+        bp_device_wrap_options wrap{};
+        wrap.struct_size = sizeof wrap;
+        wrap.over = devices[rank];
+        wrap.layers = &layer->name;
+        wrap.layer_count = 1;
+        wrap.options_json = layer_options.empty() ? nullptr : layer_options.c_str();
+        if (!check(bp_device_wrap(host, &wrap, &devices[rank]))) return;
+      }
+      if (!check(bp_buffer_create(devices[rank], kBytes, &send[rank])) ||
           !check(bp_buffer_create(devices[rank], kBytes, &send[rank])) ||
           !check(bp_buffer_create(devices[rank], kBytes, &recv[rank])) ||
           !check(bp_buffer_write(send[rank], 0, kInputs[rank], kBytes)))
@@ -203,6 +237,7 @@ class HostSetup {
       bp_buffer_destroy(recv[rank]);
     }
     bp_host_destroy(host);
+    if (!trace_file.empty()) std::remove(trace_file.c_str());
   }
 
   HostSetup(const HostSetup &) = delete;
@@ -222,6 +257,7 @@ class HostSetup {
   bp_group *group = nullptr;
   bp_buffer *send[kRanks] = {};
   bp_buffer *recv[kRanks] = {};
+  std::string trace_file;
 
  private:
   bool check(bp_error *failure) {
@@ -273,8 +309,12 @@ void BM_DirectPluginCall(benchmark::State &state, const PluginUnderTest &plugin)
   if (const std::string wrong = direct.verify(); !wrong.empty()) state.SkipWithError(wrong.c_str());
 }
 
-void BM_CApiCall(benchmark::State &state, const PluginUnderTest &plugin) {
-  HostSetup setup(plugin);
+void BM_CApiCall(benchmark::State &state, const PluginUnderTest &plugin, const LayerUnderTest *layer) {
+  if (layer && !*layer->plugin_file) {
+    state.SkipWithError("this build has no such layer plugin");
+    return;
+  }
+  HostSetup setup(plugin, layer);
   if (!setup.error.empty()) {
     state.SkipWithError(setup.error.c_str());
     return;
@@ -406,6 +446,25 @@ class SummaryReporter : public benchmark::ConsoleReporter {
       std::fprintf(out, "  %-8s heap allocations per C API call: %g (direct: %g); target 0: %s\n", plugin.label,
                    api->allocs, direct->allocs, allocs_ok ? "met" : "MISSED");
     }
+    if (const Result *bare = find("BM_CApiCall/trivial"); bare && !bare->failed) {
+      for (const LayerUnderTest &layer : kLayers) {
+        const Result *layered = find(std::string("BM_LayeredCApiCall/") + layer.name);
+        if (!layered) continue;
+        if (layered->failed) {
+          std::fprintf(out, "  layer %-6s failed: %s\n", layer.name, layered->error.c_str());
+          continue;
+        }
+        const double overhead = layered->cpu_ns - bare->cpu_ns;
+        const bool time_ok = overhead <= layer.target_ns, allocs_ok = layered->allocs == 0.0;
+        timing_missed_ = timing_missed_ || !time_ok;
+        allocations_missed_ = allocations_missed_ || !allocs_ok;
+        std::fprintf(out,
+                     "  layer %-6s on both ranks: %.1f ns - bare %.1f ns = %.1f ns a call (cpu time); target <= "
+                     "%.0f ns: %s; heap allocations per call: %g: %s\n",
+                     layer.name, layered->cpu_ns, bare->cpu_ns, overhead, layer.target_ns,
+                     time_ok ? "met" : "MISSED", layered->allocs, allocs_ok ? "met" : "MISSED");
+      }
+    }
     if (const Result *create = find("BM_HostCreate16Plugins")) {
       if (create->failed) {
         std::fprintf(out, "  host create failed: %s\n", create->error.c_str());
@@ -485,8 +544,12 @@ int main(int argc, char **argv) {
   for (const PluginUnderTest &plugin : kPlugins) {
     benchmark::RegisterBenchmark((std::string("BM_DirectPluginCall/") + plugin.label).c_str(), BM_DirectPluginCall,
                                  plugin);
-    benchmark::RegisterBenchmark((std::string("BM_CApiCall/") + plugin.label).c_str(), BM_CApiCall, plugin);
+    benchmark::RegisterBenchmark((std::string("BM_CApiCall/") + plugin.label).c_str(), BM_CApiCall, plugin,
+                                 nullptr);
   }
+  for (const LayerUnderTest &layer : kLayers)
+    benchmark::RegisterBenchmark((std::string("BM_LayeredCApiCall/") + layer.name).c_str(), BM_CApiCall,
+                                 kTrivialPlugin, &layer);
   benchmark::RegisterBenchmark("BM_HostCreate16Plugins", BM_HostCreate16Plugins)
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime();

@@ -619,11 +619,11 @@ Status finish_layered(InFlight &in_flight, Status outcome) {
   LayeredCall layered;
   bp_plugin_request *started = nullptr;
   if (Status status = start(&group, request, true, &started, &layered); !status) return status;
-  InFlight in_flight;
-  in_flight.plugin = group.kind->plugin;
-  in_flight.request = started;
   Status outcome;
   if (started) {
+    InFlight in_flight;
+    in_flight.plugin = group.kind->plugin;
+    in_flight.request = started;
     std::lock_guard lock(in_flight.mutex);
     outcome = complete_locked(in_flight, -1);
   }

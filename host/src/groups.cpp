@@ -50,6 +50,7 @@ Status create_group(bp_host *host, bp_device *const *ranks, size_t rank_count, c
       }
     }
     group->layered = group->layered || device->layered();
+    group->layers_timed = group->layers_timed || device->wants_time;
     group->ranks.push_back(device);
   }
   group->serial = next_serial();

@@ -144,6 +144,11 @@ struct LayerKind {
 struct LayerInstance {
   LayerKind *kind = nullptr;
   bp_layer_instance *handle = nullptr;
+  // Copied from the kind's plugin at creation: the hooks' path reads one struct.
+  LoadedPlugin *plugin = nullptr;
+  bp_plugin_state *state = nullptr;
+  decltype(bp_layer_functions::before) before = nullptr;
+  decltype(bp_layer_functions::after) after = nullptr;
   LayerInstance() = default;
   LayerInstance(const LayerInstance &) = delete;
   LayerInstance &operator=(const LayerInstance &) = delete;
@@ -247,6 +252,7 @@ struct bp_group {
   bool plugin_queues = false;
   // Some rank is a layered device: collectives run the layers' hooks.
   bool layered = false;
+  bool layers_timed = false;  // some rank's chain has a BP_LAYER_TIMED layer
   uint64_t serial = 0;       // process-wide, never reused (bp_layer_call.group_serial)
   uint64_t calls = 0;        // collectives started on a layered group, under the start claim
   // Collectives started with a request, in start order; completed entries

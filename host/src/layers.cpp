@@ -235,6 +235,10 @@ Expected<std::unique_ptr<bp_device>> build_layered_device(bp_host &host, const W
       return status.take_error().with("layer", kind.name).with("chain", device->chain_text).with("devices",
                                                                                                 {over.describe()});
     instance->kind = &kind;
+    instance->plugin = &plugin;
+    instance->state = plugin.state;
+    instance->before = plugin.layer_functions.before;
+    instance->after = plugin.layer_functions.after;
     device->wants_time = device->wants_time || kind.timed;
     device->own_layers.push_back(std::move(instance));
   }
@@ -244,72 +248,108 @@ Expected<std::unique_ptr<bp_device>> build_layered_device(bp_host &host, const W
   return device;
 }
 
-Status before_chain(const bp_device &device, const bp_layer_call &call) {
-  for (size_t i = 0; i < device.chain.size(); ++i) {
-    LayerInstance &layer = *device.chain[i];
-    LoadedPlugin &plugin = *layer.kind->plugin;
-    if (!plugin.layer_functions.before) continue;
-    Status status = call_plugin(plugin, "before", [&](bp_error_sink *sink) {
-      return plugin.layer_functions.before(plugin.state, layer.handle, &call, sink);
+namespace {
+
+// Tells the layers outside `refusing` (chain[0..refusing)) that the call
+// was refused, innermost first; what they say is dropped (the call failed).
+[[gnu::cold, gnu::noinline]] Error refused_by(const bp_device &device, const bp_layer_call &call, size_t refusing,
+                                              Status status) {
+  Error refusal = layer_error(std::move(status), *device.chain[refusing], device);
+  bp_layer_outcome outcome{};
+  outcome.struct_size = sizeof outcome;
+  outcome.code = refusal.code();
+  outcome.message = refusal.message().c_str();
+  for (size_t outer = refusing; outer-- > 0;) {
+    LayerInstance &seen = *device.chain[outer];
+    if (!seen.after) continue;
+    Status ignored = call_plugin(*seen.plugin, "after", [&](bp_error_sink *sink) {
+      return seen.after(seen.state, seen.handle, &call, &outcome, sink);
     });
-    if (status) [[likely]]
-      continue;
-    Error refusal = layer_error(std::move(status), layer, device);
-    bp_layer_outcome outcome{};
-    outcome.struct_size = sizeof outcome;
-    outcome.code = refusal.code();
-    outcome.message = refusal.message().c_str();
-    for (size_t outer = i; outer-- > 0;) {
-      LayerInstance &seen = *device.chain[outer];
-      LoadedPlugin &seen_plugin = *seen.kind->plugin;
-      if (!seen_plugin.layer_functions.after) continue;
-      Status ignored = call_plugin(seen_plugin, "after", [&](bp_error_sink *sink) {
-        return seen_plugin.layer_functions.after(seen_plugin.state, seen.handle, &call, &outcome, sink);
-      });
-      (void)ignored;  // the call already failed, with the refusal
+    (void)ignored;
+  }
+  return refusal;
+}
+
+}  // namespace
+
+// The hooks' path: one sink for the whole chain (a plugin writes it only
+// when it fails), no Status built unless a hook fails, one try around the
+// loop (free until something throws).
+Status before_chain(const bp_device &device, const bp_layer_call &call) {
+  LayerInstance *const *chain = device.chain.data();
+  const size_t layers = device.chain.size();
+  bp_error_sink sink;
+  size_t i = 0;
+  try {
+    for (; i < layers; ++i) {
+      LayerInstance &layer = *chain[i];
+      if (!layer.before) continue;
+      if (layer.plugin->failed.load(std::memory_order_relaxed)) [[unlikely]]
+        return refused_by(device, call, i, plugin_disabled(*layer.plugin, "before"));
+      const int32_t code = layer.before(layer.state, layer.handle, &call, &sink);
+      if (code != BP_OK) [[unlikely]]
+        return refused_by(device, call, i, plugin_failure(*layer.plugin, "before", sink, code));
     }
-    return refusal;
+  } catch (const std::exception &exception) {
+    return refused_by(device, call, i, plugin_threw(*chain[i]->plugin, "before", exception.what()));
+  } catch (...) {
+    return refused_by(device, call, i, plugin_threw(*chain[i]->plugin, "before", "an exception of unknown type"));
   }
   return {};
 }
 
+namespace {
+
+[[gnu::cold, gnu::noinline]] void keep_first(Status &first, Status failure, const LayerInstance &layer,
+                                             const bp_device &device) {
+  if (first) first = layer_error(std::move(failure), layer, device);
+}
+
+}  // namespace
+
 Status after_chain(const bp_device &device, const bp_layer_call &call, const bp_layer_outcome &outcome) {
   Status first;
+  LayerInstance *const *chain = device.chain.data();
+  bp_error_sink sink;
   for (size_t i = device.chain.size(); i-- > 0;) {
-    LayerInstance &layer = *device.chain[i];
-    LoadedPlugin &plugin = *layer.kind->plugin;
-    if (!plugin.layer_functions.after) continue;
-    Status status = call_plugin(plugin, "after", [&](bp_error_sink *sink) {
-      return plugin.layer_functions.after(plugin.state, layer.handle, &call, &outcome, sink);
-    });
-    if (!status && first) first = layer_error(std::move(status), layer, device);
+    LayerInstance &layer = *chain[i];
+    if (!layer.after) continue;
+    try {
+      if (layer.plugin->failed.load(std::memory_order_relaxed)) [[unlikely]] {
+        keep_first(first, plugin_disabled(*layer.plugin, "after"), layer, device);
+        continue;
+      }
+      const int32_t code = layer.after(layer.state, layer.handle, &call, &outcome, &sink);
+      if (code != BP_OK) [[unlikely]] {
+        keep_first(first, plugin_failure(*layer.plugin, "after", sink, code), layer, device);
+        sink = bp_error_sink();
+      }
+    } catch (const std::exception &exception) {
+      keep_first(first, plugin_threw(*layer.plugin, "after", exception.what()), layer, device);
+    } catch (...) {
+      keep_first(first, plugin_threw(*layer.plugin, "after", "an exception of unknown type"), layer, device);
+    }
   }
   return first;
 }
 
 namespace {
 
-// The bytes of `rank`'s largest buffer in the call (bp_layer_call.bytes).
-size_t rank_bytes(const bp_collective_request &request, size_t ranks, size_t rank) {
-  if (request.collective == BP_BARRIER) return 0;
-  const bp_rank_buffers use = bp_rank_buffers_of(request.collective, ranks, rank == request.root);
-  const size_t block = request.count * dtype_size(request.dtype);  // checked for overflow by dispatch
-  const size_t blocks = std::max(use.uses_send ? use.send_blocks : 0, use.uses_recv ? use.recv_blocks : 0);
-  return block * blocks;
-}
-
-// Sets what differs from rank to rank in `call`.
-void for_rank(bp_layer_call &call, const bp_group &group, const bp_collective_request &request, size_t rank,
-              bool async) {
+// Sets what differs from rank to rank in `call`: the rank, its device, its
+// largest buffer's bytes and whether it is in place. `block` is the bytes
+// of one block (count x element size, checked for overflow by dispatch).
+[[gnu::always_inline]] inline void for_rank(bp_layer_call &call, const bp_group &group, size_t block, size_t rank,
+                                            uint32_t async_flag) {
   call.rank = static_cast<uint32_t>(rank);
   call.device = group.ranks[rank];
-  call.bytes = rank_bytes(request, group.ranks.size(), rank);
-  call.flags = async ? BP_LAYER_CALL_ASYNC : 0;
-  if (request.collective != BP_BARRIER) {
-    const bp_rank_buffers use = bp_rank_buffers_of(request.collective, group.ranks.size(), rank == request.root);
-    if (use.uses_send && use.uses_recv && request.send[rank] == request.recv[rank])
-      call.flags |= BP_LAYER_CALL_IN_PLACE;
+  call.flags = async_flag;
+  if (call.collective == BP_BARRIER) {
+    call.bytes = 0;
+    return;
   }
+  const bp_rank_buffers use = bp_rank_buffers_of(call.collective, group.ranks.size(), rank == call.root);
+  call.bytes = block * std::max(use.uses_send ? use.send_blocks : 0, use.uses_recv ? use.recv_blocks : 0);
+  if (use.uses_send && use.uses_recv && call.send[rank] == call.recv[rank]) call.flags |= BP_LAYER_CALL_IN_PLACE;
 }
 
 }  // namespace
@@ -341,13 +381,16 @@ Status before_collective(bp_group &group, const bp_collective_request &request, 
   call.group_serial = group.serial;
   call.group_name = group.name.c_str();
   call.call_serial = ++group.calls;
-  for (const bp_device *device : group.ranks) layered.timed = layered.timed || device->wants_time;
+  layered.timed = group.layers_timed;
+  layered.block = request.count * dtype_size(request.dtype);
+  const uint32_t async_flag = caller_waits ? 0 : BP_LAYER_CALL_ASYNC;
   for (size_t rank = 0; rank < group.ranks.size(); ++rank) {
     const bp_device &device = *group.ranks[rank];
     if (!device.layered()) continue;
-    for_rank(call, group, request, rank, !caller_waits);
+    for_rank(call, group, layered.block, rank, async_flag);
     Status status = before_chain(device, call);
-    if (status) continue;
+    if (status) [[likely]]
+      continue;
     // The ranks before this one saw the call: they learn it was refused.
     bp_layer_outcome outcome{};
     outcome.struct_size = sizeof outcome;
@@ -355,7 +398,7 @@ Status before_collective(bp_group &group, const bp_collective_request &request, 
     outcome.message = status.error().message().c_str();
     for (size_t earlier = 0; earlier < rank; ++earlier) {
       if (!group.ranks[earlier]->layered()) continue;
-      for_rank(call, group, request, earlier, !caller_waits);
+      for_rank(call, group, layered.block, earlier, async_flag);
       Status ignored = after_chain(*group.ranks[earlier], call, outcome);
       (void)ignored;
     }
@@ -373,27 +416,22 @@ Status after_collective(LayeredCall &layered, Status outcome_status) {
     outcome.start_ns = layered.start_ns;
     outcome.end_ns = steady_now_ns();
   }
-  if (!outcome_status) {
+  if (!outcome_status) [[unlikely]] {
     outcome.code = outcome_status.error().code();
     outcome.message = outcome_status.error().message().c_str();
   }
-  bp_collective_request request{};
-  request.collective = layered.call.collective;
-  request.dtype = layered.call.dtype;
-  request.root = layered.call.root;
-  request.count = layered.call.count;
-  request.send = const_cast<bp_buffer *const *>(layered.call.send);
-  request.recv = const_cast<bp_buffer *const *>(layered.call.recv);
-  const bool async = layered.call.flags & BP_LAYER_CALL_ASYNC;
+  const uint32_t async_flag = layered.call.flags & BP_LAYER_CALL_ASYNC;
   Status first;
   for (size_t rank = 0; rank < group.ranks.size(); ++rank) {
     const bp_device &device = *group.ranks[rank];
     if (!device.layered()) continue;
-    for_rank(layered.call, group, request, rank, async);
+    for_rank(layered.call, group, layered.block, rank, async_flag);
     Status status = after_chain(device, layered.call, outcome);
-    if (!status && first) first = status.take_error().with("rank", rank);
+    if (!status && first) [[unlikely]]
+      first = status.take_error().with("rank", rank);
   }
-  if (outcome_status && !first) return first;
+  if (outcome_status && !first) [[unlikely]]
+    return first;
   return outcome_status;
 }
 

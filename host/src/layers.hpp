@@ -57,6 +57,7 @@ struct LayeredCall {
   bp_group *group = nullptr;
   bp_layer_call call{};
   std::vector<const bp_buffer *> send, recv;  // the copies, for an _async call
+  size_t block = 0;  // bytes of one block: count x element size
   int64_t start_ns = 0;
   bool timed = false;
 };
