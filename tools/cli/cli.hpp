@@ -72,6 +72,10 @@ void print_problems(std::FILE *out, const Error &error, const std::string &file)
 // ranks' base devices, distinct, in rank order).
 struct GroupDescription {
   std::vector<std::string> devices;  // "cpu:0", ...
+  // Per rank, "trace → validate → cpu:0" for a layered device, else its
+  // name; and its base device, where dispatch runs it.
+  std::vector<std::string> chains, bases;
+  bool layered = false;
   std::vector<PluginInfo> plugins;
   std::string device_text() const;  // "cpu:0, cpu:1"
   std::string plugin_text() const;  // "cpu 0.1.0"

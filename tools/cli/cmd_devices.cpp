@@ -43,7 +43,11 @@ int run_devices(const GlobalOptions &options, bool json) {
                      {"flags", flag_names(device.flags)},
                      {"memory_bytes", device.memory_bytes},
                      {"description", device.description},
-                     {"properties", std::move(properties)}});
+                     {"properties", std::move(properties)},
+                     {"layers", device.layers},
+                     {"over", device.over.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(device.over)},
+                     {"base", device.base},
+                     {"chain", device.chain}});
     }
     std::printf("%s\n", out.dump(2).c_str());
     return kExitOk;
@@ -55,16 +59,29 @@ int run_devices(const GlobalOptions &options, bool json) {
     return kExitOk;
   }
   Table table({{"name"}, {"kind"}, {"plugin"}, {"flags"}, {"memory", Align::right}, {"description"}});
+  std::vector<const DeviceInfo *> layered;
   for (const DeviceInfo &device : devices) {
+    if (!device.layers.empty()) {
+      layered.push_back(&device);  // listed below, with its chain
+      continue;
+    }
     std::string flags;
     for (const std::string &flag : flag_names(device.flags)) flags += (flags.empty() ? "" : ",") + flag;
     table.add_row({device.name, device.kind, device.plugin, flags.empty() ? "-" : flags,
                    device.memory_bytes ? format_bytes(device.memory_bytes) : "-", device.description});
   }
   table.print(stdout);
+  // Layered devices run on their base: the chain says what sees each call.
+  if (!layered.empty()) {
+    Table chains({{"layered device"}, {"over"}, {"chain (outermost first)"}, {"runs on"}});
+    for (const DeviceInfo *device : layered)
+      chains.add_row({device->name, device->over, device->chain, device->base + " (" + device->plugin + ")"});
+    std::printf("\n");
+    chains.print(stdout);
+  }
   // Then each device's own facts (platform, driver, extensions, ...), one per line.
   for (const DeviceInfo &device : devices) {
-    if (device.properties.empty()) continue;
+    if (device.properties.empty() || !device.layers.empty()) continue;  // a layered device's are its base's
     std::printf("\n%s:\n", device.name.c_str());
     for (const auto &[key, value] : device.properties) std::printf("  %-22s %s\n", key.c_str(), value.c_str());
   }

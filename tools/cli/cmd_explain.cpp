@@ -107,6 +107,10 @@ int run_explain(const GlobalOptions &options, const std::string &fleet_file, con
     if (!described->plugins.empty())
       out["plugin"] = {{"name", described->plugins[0].name}, {"version", described->plugins[0].version}};
     if (!group->route().empty()) out["route"] = std::string(group->route());
+    if (described->layered) {
+      out["chains"] = described->chains;
+      out["base_devices"] = described->bases;
+    }
     std::printf("%s\n", out.dump(2).c_str());
     return kExitOk;
   }
@@ -115,6 +119,12 @@ int run_explain(const GlobalOptions &options, const std::string &fleet_file, con
   // How the data moves, when the plugin says: e.g. through host memory
   // between devices of different OpenCL platforms.
   if (!group->route().empty()) std::printf("route: %s\n", std::string(group->route()).c_str());
+  // Layers see each call; what runs it, and what it may run, is the base's.
+  if (described->layered) {
+    std::printf("layers (outermost first; dispatch and its capability check use the base devices):\n");
+    for (size_t r = 0; r < described->chains.size(); ++r)
+      std::printf("  rank %zu  %s: %s\n", r, described->devices[r].c_str(), described->chains[r].c_str());
+  }
   return kExitOk;
 }
 

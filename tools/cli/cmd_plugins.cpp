@@ -57,7 +57,20 @@ int run_plugins(const GlobalOptions &options, bool json) {
                                {"file", plugin.file},
                                {"sha256", plugin.sha256},
                                {"device_kinds", plugin.device_kinds},
+                               {"layer_kinds", plugin.layer_kinds},
                                {"kind_status", std::move(kind_status)}});
+    }
+    out["layer_kinds"] = nlohmann::ordered_json::array();
+    for (const LayerKindInfo &kind : host->layer_kinds()) {
+      nlohmann::ordered_json layer_options = nlohmann::ordered_json::object();
+      for (const auto &[name, description] : kind.options) layer_options[name] = description;
+      out["layer_kinds"].push_back({{"name", kind.name},
+                                    {"plugin", kind.plugin},
+                                    {"description", kind.description},
+                                    {"stackable", kind.stackable},
+                                    {"wraps", kind.device_kinds.empty() ? nlohmann::ordered_json("every device kind")
+                                                                        : nlohmann::ordered_json(kind.device_kinds)},
+                                    {"options", std::move(layer_options)}});
     }
     // The host's own structured error, embedded as is, so a script sees
     // every field the host recorded (code, message, file, hint, ...).
@@ -77,17 +90,31 @@ int run_plugins(const GlobalOptions &options, bool json) {
   if (plugins.empty()) {
     std::printf("no plugins loaded\n");
   } else {
-    Table table({{"name"}, {"version"}, {"abi"}, {"kinds"}, {"file"}});
+    Table table({{"name"}, {"version"}, {"abi"}, {"kinds"}, {"layers"}, {"file"}});
     for (const PluginInfo &plugin : plugins)
       table.add_row({plugin.name, plugin.version,
                      std::to_string(plugin.abi_major) + "." + std::to_string(plugin.abi_minor),
-                     join(plugin.device_kinds, ","), plugin.file});
+                     plugin.device_kinds.empty() ? "-" : join(plugin.device_kinds, ","),
+                     plugin.layer_kinds.empty() ? "-" : join(plugin.layer_kinds, ","), plugin.file});
     std::printf("loaded:\n");
     table.print(stdout);
     for (const PluginInfo &plugin : plugins)
       for (size_t k = 0; k < plugin.device_kinds.size(); ++k)
         if (!plugin.kind_status[k].empty())
           std::printf("  %s: %s\n", plugin.device_kinds[k].c_str(), plugin.kind_status[k].c_str());
+  }
+  // The nesting rules, checked when a layered device is built.
+  if (const std::vector<LayerKindInfo> kinds = host->layer_kinds(); !kinds.empty()) {
+    Table table({{"layer kind"}, {"plugin"}, {"stackable"}, {"wraps"}, {"options"}, {"what it does"}});
+    for (const LayerKindInfo &kind : kinds) {
+      std::vector<std::string> option_names;
+      for (const auto &[name, description] : kind.options) option_names.push_back(name);
+      table.add_row({kind.name, kind.plugin, kind.stackable ? "yes" : "no (once a chain)",
+                     kind.device_kinds.empty() ? "every kind" : join(kind.device_kinds, ","),
+                     option_names.empty() ? "-" : join(option_names, ","), kind.description});
+    }
+    std::printf("\nlayer kinds (a chain holds at most %d layers):\n", BP_LAYER_CHAIN_MAX);
+    table.print(stdout);
   }
   if (!refused.empty()) {
     Table table({{"file"}, {"code"}, {"message"}});

@@ -98,6 +98,9 @@ Result<GroupDescription> describe_group(const Host &host, const GroupView &group
     Result<DeviceInfo> base = group.device(r).base().info();
     if (!base) return base.error();
     description.devices.push_back(info->name);
+    description.chains.push_back(info->chain);
+    description.bases.push_back(base->name);
+    description.layered = description.layered || !info->layers.empty();
     auto listed = [&](const PluginInfo &plugin) { return plugin.name == base->plugin; };
     if (std::any_of(description.plugins.begin(), description.plugins.end(), listed)) continue;
     auto found = std::find_if(loaded.begin(), loaded.end(), listed);

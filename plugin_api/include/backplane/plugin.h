@@ -376,8 +376,6 @@ typedef struct bp_plugin_functions {
  * or instead of them: a plugin with no device kind implements only `destroy`
  * of bp_plugin_functions. */
 
-#define BP_LAYER_CHAIN_MAX 8
-
 /* bp_layer_kind.flags */
 #define BP_LAYER_STACKABLE 0x1u /* may appear more than once in one chain */
 #define BP_LAYER_TIMED 0x2u     /* wants start_ns and end_ns in its outcomes (two clock reads a call) */

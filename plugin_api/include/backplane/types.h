@@ -130,6 +130,10 @@ static inline bp_rank_buffers bp_rank_buffers_of(uint32_t collective, size_t ran
 /* Device flags. */
 #define BP_DEVICE_HOST_ADDRESSABLE 0x1u /* buffers may wrap host memory */
 
+/* The most layers one chain over a device may hold (1.3: plugin.h and
+ * backplane.h, "layers"). */
+#define BP_LAYER_CHAIN_MAX 8
+
 /* Size of a struct up to and including FIELD: what a reader compares
  * struct_size against to know whether FIELD was sent. */
 #define BP_STRUCT_SIZE(type, field) (offsetof(type, field) + sizeof(((type *)0)->field))
