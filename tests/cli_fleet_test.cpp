@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -310,6 +311,87 @@ TEST_F(CliFleetTest, ExplainWithBadNamesIsUsageAndSuggestsTheClosest) {
   EXPECT_NE(group.out.find("all_cpu"), std::string::npos) << group.out;
   EXPECT_EQ(explain({"--group", "all_cpu", "--collective", "all_reduce"}).exit_code, 2);  // no --dtype
   EXPECT_EQ(explain({"--collective", "all_reduce", "--dtype", "f32"}).exit_code, 2);      // no --group
+}
+
+// ---- layered devices -------------------------------------------------
+
+// A fleet of 2 cpu devices, both under the trace layer, its file beside the fleet.
+constexpr const char *kTracedFleet = R"({
+  "version": 1,
+  "devices": [
+    {"name": "cpu", "kind": "cpu", "count": 2},
+    {"name": "t", "over": "cpu", "layers": ["trace"], "options": {"trace": {"file": "out-trace.json"}}}
+  ],
+  "groups": [{"name": "traced", "devices": ["t"]}, {"name": "half", "devices": ["t.0", "cpu:1"]}],
+  "workload": [{"group": "traced", "collective": "all_reduce", "dtype": "f32", "op": "sum",
+                "sizes": [64, 1024], "iterations": 3, "warmup": 1, "check": true}]
+})";
+
+TEST_F(CliFleetTest, PluginsListLayerKindsWithTheirRules) {
+  const CommandResult plugins = run_cli({"plugins"});
+  ASSERT_EQ(plugins.exit_code, 0) << plugins.out;
+  EXPECT_NE(plugins.out.find("layer kinds (a chain holds at most 8 layers):"), std::string::npos) << plugins.out;
+  bool trace_row = false;
+  for (const std::string &line : lines_of(plugins.out)) {
+    const std::vector<std::string> words = words_of(line);
+    if (words.size() > 4 && words[0] == "trace" && words[1] == "trace") {
+      trace_row = true;
+      EXPECT_NE(line.find("no (once a chain)"), std::string::npos) << line;
+      EXPECT_NE(line.find("every kind"), std::string::npos) << line;
+      EXPECT_NE(line.find("file,ring_events,max_bytes"), std::string::npos) << line;
+    }
+  }
+  EXPECT_TRUE(trace_row) << plugins.out;
+  const nlohmann::json json = parse_output(run_cli({"plugins", "--json"}));
+  bool listed = false;
+  for (const nlohmann::json &kind : json["layer_kinds"])
+    if (kind["name"] == "trace") listed = kind["stackable"] == false && kind["options"].contains("file");
+  EXPECT_TRUE(listed) << json.dump(2);
+}
+
+TEST_F(CliFleetTest, DevicesExplainAndRunShowTheChainsAndRunWritesTheTrace) {
+  TempDir dir;
+  const std::string fleet = dir.write_file("traced.json", kTracedFleet).string();
+
+  const CommandResult devices = run_cli({"devices", fleet});
+  ASSERT_EQ(devices.exit_code, 0) << devices.out;
+  EXPECT_NE(devices.out.find("chain (outermost first)"), std::string::npos) << devices.out;
+  bool row = false;
+  for (const std::string &line : lines_of(devices.out))
+    row = row || (words_of(line).size() >= 4 && words_of(line)[0] == "t.1" && words_of(line)[1] == "cpu:1" &&
+                  line.find("trace \u2192 cpu:1") != std::string::npos);
+  EXPECT_TRUE(row) << devices.out;
+  const nlohmann::json listed = parse_output(run_cli({"devices", "--json", fleet}));
+  bool found = false;
+  for (const nlohmann::json &device : listed)
+    if (device["name"] == "t.0")
+      found = device["chain"] == "trace \u2192 cpu:0" && device["base"] == "cpu:0" && device["over"] == "cpu:0" &&
+              device["layers"] == nlohmann::json::array({"trace"});
+  EXPECT_TRUE(found) << listed.dump(2);
+
+  const CommandResult explained =
+      run_cli({"explain", fleet, "--group", "half", "--collective", "all_reduce", "--dtype", "f32"});
+  ASSERT_EQ(explained.exit_code, 0) << explained.out;
+  EXPECT_NE(explained.out.find("dispatch and its capability check use the base devices"), std::string::npos)
+      << explained.out;
+  EXPECT_NE(explained.out.find("rank 0  t.0: trace \u2192 cpu:0"), std::string::npos) << explained.out;
+  EXPECT_NE(explained.out.find("rank 1  cpu:1: cpu:1"), std::string::npos) << explained.out;
+  const nlohmann::json explained_json =
+      parse_output(run_cli({"explain", "--json", fleet, "--group", "half", "--collective", "all_reduce", "--dtype", "f32"}));
+  EXPECT_EQ(explained_json["chains"], nlohmann::json::array({"trace \u2192 cpu:0", "cpu:1"}));
+  EXPECT_EQ(explained_json["base_devices"], nlohmann::json::array({"cpu:0", "cpu:1"}));
+
+  const CommandResult ran = run_cli({"run", fleet});
+  ASSERT_EQ(ran.exit_code, 0) << ran.out;
+  std::ifstream in(dir.path() / "out-trace.json");
+  ASSERT_TRUE(in) << "no trace beside the fleet";
+  const nlohmann::json trace = nlohmann::json::parse(in, nullptr, false);
+  ASSERT_FALSE(trace.is_discarded());
+  size_t slices = 0;
+  for (const nlohmann::json &event : trace["traceEvents"])
+    slices += event["ph"] == "X" && event["name"] == "all_reduce";
+  // 2 sizes x 2 modes x (1 warmup + 3 timed + the check's call) x 2 ranks, at least.
+  EXPECT_GE(slices, 2u * 2u * 4u * 2u) << trace.dump().substr(0, 2000);
 }
 
 }  // namespace

@@ -86,7 +86,8 @@ Result<GroupDescription> describe_group(const Host &host, const GroupView &group
 std::string closest_name(const std::string &given, const std::vector<std::string> &known);
 
 int run_plugins(const GlobalOptions &options, bool json);
-int run_devices(const GlobalOptions &options, bool json);
+// `fleet_file` empty: the loaded plugins' devices only.
+int run_devices(const GlobalOptions &options, const std::string &fleet_file, bool json);
 int run_caps(const GlobalOptions &options, bool json);
 int run_validate(const GlobalOptions &options, const std::string &fleet_file, bool json);
 // `fleet_file` empty: the built-in default fleet. `sweep`: run_sweep instead.

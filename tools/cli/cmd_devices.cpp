@@ -16,8 +16,8 @@ std::vector<std::string> flag_names(uint32_t flags) {
 
 }  // namespace
 
-int run_devices(const GlobalOptions &options, bool json) {
-  std::optional<Host> host = open_host(options);
+int run_devices(const GlobalOptions &options, const std::string &fleet_file, bool json) {
+  std::optional<Host> host = fleet_file.empty() ? open_host(options) : open_fleet(options, fleet_file);
   if (!host) return kExitFailure;
   note_refused(*host);
 

@@ -42,8 +42,10 @@ int main(int argc, char **argv) {
   plugins->add_flag("--json", json, "Print JSON");
   plugins->add_flag("--probe", options.probe,
                     "Load each plugin file in a probe process first: one that crashes or hangs is refused");
-  CLI::App *devices = app.add_subcommand("devices", "Devices of the loaded plugins");
+  CLI::App *devices = app.add_subcommand("devices", "Devices of the loaded plugins, and of a fleet with its layered devices");
   devices->add_flag("--json", json, "Print JSON");
+  std::string devices_fleet;
+  devices->add_option("FLEET", devices_fleet, "Fleet file: its layered devices are listed too, with their chains");
   CLI::App *caps = app.add_subcommand("caps", "Capability matrix: device kinds x collectives x types x ops");
   caps->add_flag("--json", json, "Print JSON");
   CLI::App *validate = app.add_subcommand("validate", "Check a fleet file without running anything");
@@ -173,7 +175,7 @@ int main(int argc, char **argv) {
 
   auto run_subcommand = [&]() -> int {
     if (plugins->parsed()) return cli::run_plugins(options, json);
-    if (devices->parsed()) return cli::run_devices(options, json);
+    if (devices->parsed()) return cli::run_devices(options, devices_fleet, json);
     if (caps->parsed()) return cli::run_caps(options, json);
     if (validate->parsed()) return cli::run_validate(options, fleet_file, json);
     if (run->parsed()) return cli::run_run(options, fleet_file, json, sweep);
