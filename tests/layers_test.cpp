@@ -487,4 +487,16 @@ TEST(LayeredFleets, EveryNestingProblemNamesItsPointerAndChain) {
   }
 }
 
+TEST(LayeredFleets, AFailedLayeredEntryIsOneProblemWhereverItIsNamed) {
+  Host host = layered_cpu_host();
+  Status loaded = host.load_fleet_text(R"({"version": 1,
+    "devices": [{"name": "c", "kind": "cpu", "count": 2}, {"name": "v", "over": "c", "layers": ["nope"]}],
+    "groups": [{"name": "g", "devices": ["v.0", "v.1"]}, {"name": "h", "devices": ["v"]}]})");
+  ASSERT_FALSE(loaded);
+  const std::vector<FleetProblem> problems = fleet_problems(loaded.error());
+  ASSERT_EQ(problems.size(), 1u) << loaded.error().json();
+  EXPECT_EQ(problems[0].code, BP_PLUGIN_NOT_FOUND);
+  EXPECT_EQ(problems[0].pointer, "/devices/1/layers/0");
+}
+
 }  // namespace

@@ -348,8 +348,12 @@ class FleetLoader {
   std::vector<bp_device *> resolve(const std::string &pointer, const std::string &reference) {
     if (auto named = names_.find(reference); named != names_.end()) return named->second;
     if (auto named = host_.device_names.find(reference); named != host_.device_names.end()) return named->second;
-    // A device entry that failed its own checks was already reported.
+    // A device entry that failed its own checks was already reported (and
+    // so was "t.1" of a layered entry "t" that failed).
     if (first_device_entry_.count(reference)) return {};
+    if (const size_t dot = reference.rfind('.');
+        dot != std::string::npos && failed_layered_.count(reference.substr(0, dot)))
+      return {};
     // Fleet names have no ':' (the schema's pattern).
     if (reference.find(':') != std::string::npos) return resolve_device_name(pointer, reference);
     problems_.add(BP_CONFIG, pointer, reference, "unknown device '" + reference + "'",
