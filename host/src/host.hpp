@@ -89,6 +89,8 @@ template <typename Call>
 Status call_plugin(LoadedPlugin &plugin, const char *function, Call &&call);
 
 Status plugin_failure(LoadedPlugin &plugin, const char *function, bp_error_sink &sink, int32_t code);
+// The codes a plugin function may return (a load-time code may not).
+bool plugin_may_return(int32_t code);
 // libbackplane_<[a-z0-9_]+>.so: the only file names the loader looks at.
 bool is_plugin_file_name(const std::string &name);
 // A function that returned BP_OK without the handle it must hand out.

@@ -55,7 +55,9 @@ Expected<nlohmann::json> layer_options(const LayerKind &kind, const nlohmann::js
   nlohmann::json options = given;
   std::vector<std::string> known;
   for (const LayerKind::Option &option : kind.options) known.push_back(option.name);
-  for (auto &[key, value] : options.items()) {
+  for (auto item : options.items()) {
+    const std::string key = item.key();  // a named copy: clang lets no lambda capture a structured binding
+    nlohmann::json &value = item.value();
     auto declared = std::find_if(kind.options.begin(), kind.options.end(),
                                  [&](const LayerKind::Option &option) { return option.name == key; });
     if (declared == kind.options.end()) {
@@ -100,6 +102,15 @@ Error layer_error(Status status, const LayerInstance &layer, const bp_device &de
 }
 
 std::atomic<uint64_t> serials{0};
+
+// A layer's refusal in its own words (validate: "validate: rank 1: ..."),
+// when its code is one a plugin may return; else plugin_failure's
+// DEVICE_FAILURE, as for any plugin function.
+[[gnu::cold, gnu::noinline]] Status layer_refusal(LoadedPlugin &plugin, bp_error_sink &sink, int32_t code) {
+  if (!plugin_may_return(code) || sink.message.empty()) return plugin_failure(plugin, "a layer hook", sink, code);
+  return Error(static_cast<bp_code>(code), sink.message)
+      .with("layer_plugin", {{"name", plugin.name}, {"version", plugin.version}});
+}
 
 }  // namespace
 
@@ -288,7 +299,7 @@ Status before_chain(const bp_device &device, const bp_layer_call &call) {
         return refused_by(device, call, i, plugin_disabled(*layer.plugin, "before"));
       const int32_t code = layer.before(layer.state, layer.handle, &call, &sink);
       if (code != BP_OK) [[unlikely]]
-        return refused_by(device, call, i, plugin_failure(*layer.plugin, "before", sink, code));
+        return refused_by(device, call, i, layer_refusal(*layer.plugin, sink, code));
     }
   } catch (const std::exception &exception) {
     return refused_by(device, call, i, plugin_threw(*chain[i]->plugin, "before", exception.what()));
@@ -321,7 +332,7 @@ Status after_chain(const bp_device &device, const bp_layer_call &call, const bp_
       }
       const int32_t code = layer.after(layer.state, layer.handle, &call, &outcome, &sink);
       if (code != BP_OK) [[unlikely]] {
-        keep_first(first, plugin_failure(*layer.plugin, "after", sink, code), layer, device);
+        keep_first(first, layer_refusal(*layer.plugin, sink, code), layer, device);
         sink = bp_error_sink();
       }
     } catch (const std::exception &exception) {

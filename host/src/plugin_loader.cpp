@@ -921,6 +921,9 @@ namespace {
 // are. The others say something untrue about the caller's request: codes
 // outside bp_code, load-time codes (the plugin loaded long ago) and
 // INTERNAL (which means a bug in Backplane, not in a plugin).
+
+}  // namespace
+
 bool plugin_may_return(int32_t code) {
   switch (code) {
     case BP_INVALID_ARGUMENT:
@@ -937,8 +940,6 @@ bool plugin_may_return(int32_t code) {
       return false;
   }
 }
-
-}  // namespace
 
 Status plugin_failure(LoadedPlugin &plugin, const char *function, bp_error_sink &sink, int32_t code) {
   std::string reason = sink.message.empty() ? "no reason given" : sink.message;

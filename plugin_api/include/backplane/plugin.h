@@ -494,13 +494,18 @@ typedef struct bp_layer_functions {
   /* At the layered device's end (its host's destruction): a layer that
    * writes a file writes what it holds. */
   void (*instance_destroy)(bp_plugin_state *state, bp_layer_instance *instance);
-  /* Before the call: BP_OK lets it run; any other code refuses it, and the
-   * caller gets that code with the layer's message. May be NULL. */
+  /* Before the call: BP_OK lets it run; any other code a plugin function
+   * may return refuses it, and the caller gets that code with the layer's
+   * own message (begin it with what the caller must know first, e.g. the
+   * rank). May be NULL. */
   int32_t (*before)(bp_plugin_state *state, bp_layer_instance *instance, const bp_layer_call *call,
                     bp_error_sink *sink);
-  /* After the call (also after a refusal by a layer outside this one, with
-   * its code). A failure turns a successful call's outcome into that error;
-   * the call has run. May be NULL. */
+  /* After the call, with its outcome: also when it never ran because a
+   * layer inside this one (nearer the base) or a layer on another rank of
+   * the group refused it, with that code. Every layered rank's `before`
+   * runs before the call starts, every `after` once it completed. A failure
+   * turns a successful call's outcome into that error; the call has run.
+   * May be NULL. */
   int32_t (*after)(bp_plugin_state *state, bp_layer_instance *instance, const bp_layer_call *call,
                    const bp_layer_outcome *outcome, bp_error_sink *sink);
   /* Write out what it holds (bp_host_flush). May be NULL. */
