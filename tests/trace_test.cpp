@@ -453,6 +453,11 @@ TEST_F(TraceTest, EveryCallAndRankIsOneSliceWithItsArgs) {
 }
 
 TEST_F(TraceTest, AFailedCallCarriesItsCodeAndMessage) {
+#if defined(__SANITIZE_ADDRESS__)
+  // The failure is a 4 EiB buffer the cpu plugin cannot allocate;
+  // AddressSanitizer's allocator aborts on such a request instead of failing it.
+  GTEST_SKIP() << "AddressSanitizer aborts on a 4 EiB allocation instead of failing it";
+#endif
   std::string code, message;
   {
     Host host = trace_host();
