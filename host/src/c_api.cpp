@@ -384,19 +384,21 @@ bp_error *bp_device_wrap(bp_host *host, const bp_device_wrap_options *options, b
             .hint("give e.g. {\"trace\": {\"file\": \"trace.json\"}}");
     }
     std::unique_lock lock(host->mutex);
-    const std::string name = request.name;
-    if (!name.empty()) {
-      for (const auto &device : host->devices)
-        if (device->name == name)
+    auto name_taken = [&](const std::string &name) -> Status {
+      for (const auto &existing : host->devices)
+        if (existing->name == name)
           return Error(BP_INVALID_ARGUMENT, "bp_device_wrap: a device named '" + name + "' exists")
               .hint("give the layered device a name of its own");
-    }
+      return {};
+    };
+    // A name given is checked before any layer instance is made (a trace
+    // layer opens its file); the chain's text, once the device knows it.
+    if (!request.name.empty())
+      if (Status taken = name_taken(request.name); !taken) return taken;
     Expected<std::unique_ptr<bp_device>> device = build_layered_device(*host, request);
     if (!device) return device.take_error();
-    for (const auto &existing : host->devices)
-      if (existing->name == (*device)->name)
-        return Error(BP_INVALID_ARGUMENT, "bp_device_wrap: a device named '" + existing->name + "' exists")
-            .hint("give the layered device a name of its own");
+    if (request.name.empty())
+      if (Status taken = name_taken((*device)->name); !taken) return taken;
     *out = device->get();
     host->devices.push_back(std::move(*device));
     return {};

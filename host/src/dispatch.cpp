@@ -20,8 +20,6 @@
 namespace backplane {
 namespace {
 
-Status finish_layered(InFlight &in_flight, Status outcome);
-
 std::string operation_text(uint32_t collective, uint32_t dtype, uint32_t op) {
   if (collective == BP_BARRIER) return "barrier";
   std::string text = std::string(collective_name(collective)) + "(" + dtype_name(dtype);
@@ -481,6 +479,22 @@ void release(LoadedPlugin &plugin, bp_plugin_request *request) {
       .hint("split the call into pieces of at most " + std::to_string(limit) + " bytes per buffer");
 }
 
+// The after hooks of a layered collective, once it completed or failed to
+// start: a hook's failure becomes the call's outcome, with the request's
+// context like every error about it.
+Status after_layered(LayeredCall &layered, Status outcome) {
+  Status after = after_collective(layered, std::move(outcome));
+  if (after || after.error().context().contains("operation")) return after;
+  const bp_layer_call &call = layered.call;
+  return about(after.take_error(), *layered.group, call.collective, call.dtype, call.reduce_op);
+}
+
+// An _async layered collective's after hooks, when its event completes.
+Status finish_layered(InFlight &in_flight, Status outcome) {
+  std::unique_ptr<LayeredCall> layered = std::move(in_flight.layered);
+  return after_layered(*layered, std::move(outcome));
+}
+
 // Completes one collective in flight: waits up to timeout_ns, then
 // releases its request and keeps the outcome. A TIMEOUT leaves it in
 // flight. A wait without limit that fails all the same (the plugin gave
@@ -593,24 +607,12 @@ Status start(bp_group *group, const bp_collective_request *given, bool caller_wa
     return plugin.functions.collective_start(plugin.state, group->comm, &args, started, sink);
   });
   if (!status) {
+    Error failed = about(status.take_error(), *group, request.collective, request.dtype, request.reduce_op);
     if (group->layered) [[unlikely]]
-      status = after_collective(*layered, std::move(status));
-    return about(status.take_error(), *group, request.collective, request.dtype, request.reduce_op);
+      return after_layered(*layered, std::move(failed));
+    return failed;
   }
   return {};
-}
-
-// The after hooks of a layered collective, once it completed; a hook's
-// failure becomes the call's outcome.
-Status finish_layered(InFlight &in_flight, Status outcome) {
-  std::unique_ptr<LayeredCall> layered = std::move(in_flight.layered);
-  Status after = after_collective(*layered, std::move(outcome));
-  if (!after) {
-    const bp_group &group = *layered->group;
-    const bp_layer_call &call = layered->call;
-    return about(after.take_error(), group, call.collective, call.dtype, call.reduce_op);
-  }
-  return after;
 }
 
 // A blocking collective on a group with layered ranks: the hooks see the
@@ -627,10 +629,7 @@ Status finish_layered(InFlight &in_flight, Status outcome) {
     std::lock_guard lock(in_flight.mutex);
     outcome = complete_locked(in_flight, -1);
   }
-  Status after = after_collective(layered, std::move(outcome));
-  if (!after && !after.error().context().contains("operation"))
-    return about(after.take_error(), group, request->collective, request->dtype, request->reduce_op);
-  return after;
+  return after_layered(layered, std::move(outcome));
 }
 
 }  // namespace
@@ -675,8 +674,7 @@ Expected<bp_event *> start_collective(bp_group *group, const bp_collective_reque
     track(*group, in_flight);
   } else if (layered) {
     // Complete inside its start: the layers see it end now.
-    if (Status status = after_collective(*layered, {}); !status)
-      return about(status.take_error(), *group, request->collective, request->dtype, request->reduce_op);
+    if (Status status = after_layered(*layered, {}); !status) return status.take_error();
   }
   event->host = group->host;
   retain_host(event->host);
