@@ -283,13 +283,16 @@ namespace {
 
 }  // namespace
 
-// The hooks' path: one sink for the whole chain (a plugin writes it only
-// when it fails), no Status built unless a hook fails, one try around the
-// loop (free until something throws).
-Status before_chain(const bp_device &device, const bp_layer_call &call) {
+namespace {
+
+// The hooks' path: the caller's one sink for every hook it runs (a plugin
+// writes it only when it fails), no Status built unless a hook fails, one
+// try around the loop (free until something throws). Inlined into the
+// collective's loop over ranks: a call per hook, none per rank.
+[[gnu::always_inline]] inline Status before_hooks(const bp_device &device, const bp_layer_call &call,
+                                                  bp_error_sink &sink) {
   LayerInstance *const *chain = device.chain.data();
   const size_t layers = device.chain.size();
-  bp_error_sink sink;
   size_t i = 0;
   try {
     for (; i < layers; ++i) {
@@ -309,6 +312,13 @@ Status before_chain(const bp_device &device, const bp_layer_call &call) {
   return {};
 }
 
+}  // namespace
+
+Status before_chain(const bp_device &device, const bp_layer_call &call) {
+  bp_error_sink sink;
+  return before_hooks(device, call, sink);
+}
+
 namespace {
 
 [[gnu::cold, gnu::noinline]] void keep_first(Status &first, Status failure, const LayerInstance &layer,
@@ -318,10 +328,13 @@ namespace {
 
 }  // namespace
 
-Status after_chain(const bp_device &device, const bp_layer_call &call, const bp_layer_outcome &outcome) {
-  Status first;
+namespace {
+
+// Every after hook of the chain, innermost first; the first failure goes
+// to `first`, which the caller starts empty. Inlined as before_hooks is.
+[[gnu::always_inline]] inline void after_hooks(const bp_device &device, const bp_layer_call &call,
+                                               const bp_layer_outcome &outcome, bp_error_sink &sink, Status &first) {
   LayerInstance *const *chain = device.chain.data();
-  bp_error_sink sink;
   for (size_t i = device.chain.size(); i-- > 0;) {
     LayerInstance &layer = *chain[i];
     if (!layer.after) continue;
@@ -341,6 +354,14 @@ Status after_chain(const bp_device &device, const bp_layer_call &call, const bp_
       keep_first(first, plugin_threw(*layer.plugin, "after", "an exception of unknown type"), layer, device);
     }
   }
+}
+
+}  // namespace
+
+Status after_chain(const bp_device &device, const bp_layer_call &call, const bp_layer_outcome &outcome) {
+  bp_error_sink sink;
+  Status first;
+  after_hooks(device, call, outcome, sink, first);
   return first;
 }
 
@@ -370,7 +391,13 @@ Status before_collective(bp_group &group, const bp_collective_request &request, 
   layered.group = &group;
   bp_layer_call &call = layered.call;
   call.struct_size = sizeof call;
+  call.next = nullptr;
   call.operation = BP_LAYER_COLLECTIVE;
+  call.buffer = nullptr;
+  call.offset = 0;
+  call.host_memory = nullptr;
+  call.send = nullptr;
+  call.recv = nullptr;
   call.collective = request.collective;
   call.dtype = request.dtype;
   call.reduce_op = request.reduce_op;
@@ -395,11 +422,13 @@ Status before_collective(bp_group &group, const bp_collective_request &request, 
   layered.timed = group.layers_timed;
   layered.block = request.count * dtype_size(request.dtype);
   const uint32_t async_flag = caller_waits ? 0 : BP_LAYER_CALL_ASYNC;
+  call.flags = async_flag;
+  bp_error_sink sink;
   for (size_t rank = 0; rank < group.ranks.size(); ++rank) {
     const bp_device &device = *group.ranks[rank];
     if (!device.layered()) continue;
     for_rank(call, group, layered.block, rank, async_flag);
-    Status status = before_chain(device, call);
+    Status status = before_hooks(device, call, sink);
     if (status) [[likely]]
       continue;
     // The ranks before this one saw the call: they learn it was refused.
@@ -433,11 +462,13 @@ Status after_collective(LayeredCall &layered, Status outcome_status) {
   }
   const uint32_t async_flag = layered.call.flags & BP_LAYER_CALL_ASYNC;
   Status first;
+  bp_error_sink sink;
   for (size_t rank = 0; rank < group.ranks.size(); ++rank) {
     const bp_device &device = *group.ranks[rank];
     if (!device.layered()) continue;
     for_rank(layered.call, group, layered.block, rank, async_flag);
-    Status status = after_chain(device, layered.call, outcome);
+    Status status;
+    after_hooks(device, layered.call, outcome, sink, status);
     if (!status && first) [[unlikely]]
       first = status.take_error().with("rank", rank);
   }
