@@ -326,10 +326,6 @@ namespace {
   if (first) first = layer_error(std::move(failure), layer, device);
 }
 
-}  // namespace
-
-namespace {
-
 // Every after hook of the chain, innermost first; the first failure goes
 // to `first`, which the caller starts empty. Inlined as before_hooks is.
 [[gnu::always_inline]] inline void after_hooks(const bp_device &device, const bp_layer_call &call,
