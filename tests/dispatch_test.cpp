@@ -546,12 +546,41 @@ TEST_F(DispatchTest, MixedKindsWithRejectPolicyAreRefused) {
   expect_host_still_works();
 }
 
-// Staging through host memory is not available yet (backplane.h), so the
-// default policy refuses too. When staging lands, this test changes.
-TEST_F(DispatchTest, MixedKindsWithStagePolicyAreRefusedUntilStagingExists) {
+// The default policy stages: the mock fixture's rank is copied to host
+// memory and back through its own plugin, the cpu plugin adds (the full
+// sweep over real kinds is staging_test.cpp).
+TEST_F(DispatchTest, MixedKindsWithStagePolicyRunThroughHostMemory) {
   std::vector<Device> ranks = devices({"mock:0", "cpu:0"});
   Group mixed = group(ranks, BP_POLICY_STAGE);
-  expect_mixed_kinds_refused(mixed, ranks);
+  constexpr size_t kInts = kF32Bytes / sizeof(uint32_t);
+  RankBuffers send(ranks, kF32Bytes, 15), recv(ranks, kF32Bytes, 25);
+  const auto inputs = send.contents();
+  bp_group_path path = BP_PATH_NATIVE;
+  OwnedError plan(bp_group_plan(mixed.get(), BP_ALL_REDUCE, BP_I32, BP_SUM, &path));
+  ASSERT_EQ(plan.error, nullptr) << bp_error_json(plan.error);
+  EXPECT_EQ(path, BP_PATH_STAGED);
+
+  OwnedError error(bp_all_reduce(mixed.get(), send.data(), recv.data(), kInts, BP_I32, BP_SUM));
+  ASSERT_EQ(error.error, nullptr) << bp_error_json(error.error);
+  std::vector<unsigned char> expected(kF32Bytes);
+  for (size_t i = 0; i < kInts; ++i) {
+    uint32_t a, b;
+    std::memcpy(&a, inputs[0].data() + 4 * i, 4);
+    std::memcpy(&b, inputs[1].data() + 4 * i, 4);
+    const uint32_t sum = a + b;
+    std::memcpy(expected.data() + 4 * i, &sum, 4);
+  }
+  for (const auto &result : recv.contents()) EXPECT_EQ(result, expected);
+  EXPECT_EQ(send.contents(), inputs);
+
+  bp_group_counters counters{};
+  counters.struct_size = sizeof counters;
+  OwnedError read(bp_group_get_counters(mixed.get(), &counters));
+  ASSERT_EQ(read.error, nullptr);
+  EXPECT_EQ(counters.staged_calls, 1u);
+  EXPECT_EQ(counters.native_calls, 0u);
+  // The mock rank's send out and its result back; the cpu rank is used in place.
+  EXPECT_EQ(counters.staged_bytes, 2 * kF32Bytes);
   expect_host_still_works();
 }
 

@@ -16,6 +16,7 @@
 #include "host.hpp"
 #include "layers.hpp"
 #include "names.hpp"
+#include "staging.hpp"
 
 namespace backplane {
 namespace {
@@ -93,15 +94,51 @@ Error about(Error error, const bp_group &group, uint32_t collective, uint32_t dt
   }
   std::string list;
   for (const std::string &kind : kinds) list += (list.empty() ? "" : ", ") + kind;
-  const std::string why = group.policy == BP_POLICY_REJECT
-                              ? "its policy is 'reject'"
-                              : "staging mixed kinds through host memory is not available in this version";
+  const bool rejected = group.policy == BP_POLICY_REJECT;
+  const std::string why = rejected ? "its policy is 'reject'" : "it cannot be staged: " + group.staging_refusal;
   Error error(BP_MIXED_DEVICE_KINDS, operation_text(collective, dtype, op) + " on " +
                                          rank_names(group, {group.ranks.begin(), group.ranks.end()}) +
                                          " mixes device kinds " + list + ", and " + why);
-  error.with("kinds", kinds);
+  error.with("kinds", kinds).with("policy", rejected ? "reject" : "stage");
+  if (!rejected) error.with("staging", group.staging_refusal);
   return std::move(about(std::move(error), group, collective, dtype, op))
-      .hint("create the group from devices of one kind (" + list + ")");
+      .hint(rejected ? "create the group with policy 'stage' to run it through host memory, or from devices of "
+                       "one kind (" + list + ")"
+                     : "create the group from devices of one kind (" + list + ")");
+}
+
+// A request staging does not run on a mixed group: what the cpu plugin,
+// which computes staged collectives, lacks.
+[[gnu::cold, gnu::noinline]] Status staged_unsupported(const bp_group &group, uint32_t collective, uint32_t dtype,
+                                                       uint32_t op, uint32_t mode_flags, Support why) {
+  const CapabilitySet &staged = group.staging->capabilities;
+  const LoadedPlugin &reducer = *group.staging->reducer->plugin;
+  const std::string operation = operation_text(collective, dtype, op);
+  bp_code code = BP_UNSUPPORTED_DEVICE;
+  std::string lacks, hint;
+  if (why == Support::no_collective) {
+    code = BP_UNSUPPORTED_COLLECTIVE;
+    lacks = std::string("does not declare ") + collective_name(collective);
+    hint = "run it on a group of one kind that provides it";
+  } else if (why == Support::no_dtype) {
+    code = BP_UNSUPPORTED_DTYPE;
+    lacks = "supports " + dtype_list(staged.dtypes(collective)) + " for " + collective_name(collective);
+    hint = "convert the data to one of " + dtype_list(staged.dtypes(collective));
+  } else if (why == Support::no_reduce_op) {
+    code = BP_UNSUPPORTED_REDUCE_OP;
+    lacks = "supports " + reduce_op_list(staged.reduce_ops(collective, dtype)) + " for " + collective_name(collective) +
+            " of " + dtype_name(dtype);
+    hint = "use one of " + reduce_op_list(staged.reduce_ops(collective, dtype)) + " for " + dtype_name(dtype);
+  } else {
+    const bool in_place = mode_flags & BP_CAPABILITY_IN_PLACE;
+    lacks = std::string("does not run ") + collective_name(collective) + (in_place ? " in place" : " out of place");
+    hint = in_place ? "pass distinct send and recv buffers" : "pass the same buffer as send and recv";
+  }
+  Error error(code, operation + " on " + rank_names(group, {group.ranks.begin(), group.ranks.end()}) +
+                        " runs through host memory (the group mixes device kinds), and plugin " + reducer.name + " " +
+                        reducer.version + ", which computes it there, " + lacks);
+  error.with("path", "staged");
+  return std::move(about(std::move(error), group, collective, dtype, op)).hint(hint);
 }
 
 // Loaded kinds that run the request, and plugins that declare it but were refused.
@@ -467,13 +504,14 @@ void release(LoadedPlugin &plugin, bp_plugin_request *request) {
 }
 
 [[gnu::cold, gnu::noinline]] Status too_large(const bp_group &group, const bp_collective_request &request,
-                                              size_t bytes, uint64_t limit) {
+                                              size_t bytes, uint64_t limit, bool staged) {
   const std::string operation = operation_text(request.collective, request.dtype, request.reduce_op);
   Error error(BP_UNSUPPORTED_DEVICE,
               operation + " spans " + std::to_string(bytes) + " bytes in one buffer, more than the " +
                   std::to_string(limit) + " bytes " + (group.ranks.size() == 1 ? "device " : "devices ") +
-                  rank_names(group, {group.ranks.begin(), group.ranks.end()}) + " (" + group.kind->name +
-                  ") take for " + operation + " (the plugin's max_bytes)");
+                  rank_names(group, {group.ranks.begin(), group.ranks.end()}) + " (" +
+                  (staged ? "staged through cpu" : group.kind->name) + ") take for " + operation +
+                  " (the plugin's max_bytes)");
   error.with("bytes", bytes).with("max_bytes", limit);
   return std::move(about(std::move(error), group, request.collective, request.dtype, request.reduce_op))
       .hint("split the call into pieces of at most " + std::to_string(limit) + " bytes per buffer");
@@ -553,6 +591,65 @@ void track(bp_group &group, const std::shared_ptr<InFlight> &in_flight) {
   drop_completed(group);
 }
 
+// A refusal of what the group cannot run, counted (the caller holds the start claim).
+[[gnu::cold, gnu::noinline]] Status refused(bp_group &group, Status refusal) {
+  GroupCounters::add(group.counters.refused);
+  return refusal;
+}
+
+// Steps 3 and 4 off the group's own table: whether staging runs a request
+// (a mixed group's table is staging's; a group of one kind stages what its
+// kind lacks when on_unsupported is stage), else the refusal.
+[[gnu::cold, gnu::noinline]] Status off_table(const bp_group &group, uint32_t collective, uint32_t dtype,
+                                              uint32_t op, uint32_t mode_flags, Support support,
+                                              HostLock host_lock) {
+  if (!group.kind) {
+    if (!group.staging) return mixed_kinds(group, collective, dtype, op);
+    if (support == Support::yes) return {};
+    return staged_unsupported(group, collective, dtype, op, mode_flags, support);
+  }
+  if (group.staging && group.staging->capabilities.lookup(collective, dtype, op, mode_flags) == Support::yes)
+    return {};
+  Status refusal = unsupported(group, collective, dtype, op, mode_flags, support, host_lock);
+  if (group.on_unsupported == BP_ON_UNSUPPORTED_STAGE) {
+    Error error = refusal.take_error();
+    error.with("on_unsupported", "stage");
+    error.with("staging", group.staging ? "the cpu plugin, which computes staged collectives, does not run it either"
+                                        : group.staging_refusal);
+    return error;
+  }
+  return refusal;
+}
+
+// A collective through host memory (staging.hpp), with the layers' hooks
+// around it. Completes before it returns: an _async call's event is then
+// complete at once (*started stays NULL).
+[[gnu::cold, gnu::noinline]] Status start_off_table(bp_group &group, const bp_collective_request &request,
+                                                    uint32_t mode_flags, size_t largest_bytes, Support support,
+                                                    LayeredCall *layered) {
+  const uint32_t collective = request.collective, dtype = request.dtype, op = request.reduce_op;
+  if (Status refusal = off_table(group, collective, dtype, op, mode_flags, support, HostLock::take); !refusal)
+    return refused(group, std::move(refusal));
+  if (collective != BP_BARRIER) {
+    const uint64_t limit = group.staging->capabilities.max_bytes(collective, dtype);
+    if (limit != 0 && largest_bytes > limit) return refused(group, too_large(group, request, largest_bytes, limit, true));
+  }
+  // Staging reads and writes the ranks' buffers now: what is in flight on them goes first.
+  if (group.tracked.load(std::memory_order_acquire) != 0) wait_for_earlier(group);
+  if (group.layered) {
+    if (Status refusal = before_collective(group, request, true, *layered); !refusal)
+      return about(refusal.take_error(), group, collective, dtype, op);
+  }
+  GroupCounters::add(group.counters.staged);
+  Status status = run_staged(group, request);
+  if (!status) {
+    Error failed = about(status.take_error(), group, collective, dtype, op);
+    if (group.layered) return after_layered(*layered, std::move(failed));
+    return failed;
+  }
+  return {};
+}
+
 // The hot path of every collective (DESIGN.md's performance targets: tens of
 // nanoseconds over the plugin's own function, no allocation): on success it
 // only tests and copies; errors are built in cold functions. `caller_waits`:
@@ -570,17 +667,16 @@ Status start(bp_group *group, const bp_collective_request *given, bool caller_wa
   if (Status status = check_arguments(*group, request, &mode_flags, &largest_bytes); !status) [[unlikely]]
     return status;
   // Step 2: each rank's device is its base's kind and index (layers.hpp);
-  // the layers' hooks run around the plugin's call below.
-  if (!group->kind) [[unlikely]]
-    return mixed_kinds(*group, request.collective, request.dtype, request.reduce_op);
+  // the layers' hooks run around the plugin's call below. Steps 3 and 4:
+  // the group's own table (a mixed group's is what staging runs), else
+  // staging or the refusal.
   Support support = group->capabilities.lookup(request.collective, request.dtype, request.reduce_op, mode_flags);
-  if (support != Support::yes) [[unlikely]]
-    return unsupported(*group, request.collective, request.dtype, request.reduce_op, mode_flags, support,
-                       HostLock::take);
+  if (!group->kind || support != Support::yes) [[unlikely]]
+    return start_off_table(*group, request, mode_flags, largest_bytes, support, layered);
   if (request.collective != BP_BARRIER) {
     const uint64_t limit = group->capabilities.max_bytes(request.collective, request.dtype);
     if (limit != 0 && largest_bytes > limit) [[unlikely]]
-      return too_large(*group, request, largest_bytes, limit);
+      return refused(*group, too_large(*group, request, largest_bytes, limit, false));
   }
   if (!group->plugin_queues && group->tracked.load(std::memory_order_acquire) != 0) [[unlikely]]
     wait_for_earlier(*group);
@@ -603,6 +699,7 @@ Status start(bp_group *group, const bp_collective_request *given, bool caller_wa
     if (Status refused = before_collective(*group, request, caller_waits, *layered); !refused)
       return about(refused.take_error(), *group, request.collective, request.dtype, request.reduce_op);
   }
+  GroupCounters::add(group->counters.native);
   Status status = call_plugin(plugin, "collective_start", [&](bp_error_sink *sink) {
     return plugin.functions.collective_start(plugin.state, group->comm, &args, started, sink);
   });
@@ -636,11 +733,19 @@ Status start(bp_group *group, const bp_collective_request *given, bool caller_wa
 
 Status check_support(const bp_group &group, uint32_t collective, uint32_t dtype, uint32_t op, uint32_t mode_flags,
                      HostLock host_lock) {
-  if (Status status = check_enums(group, collective, dtype, op); !status) return status;
-  if (!group.kind) return mixed_kinds(group, collective, dtype, op);
-  Support support = group.capabilities.lookup(collective, dtype, op, mode_flags);
-  if (support != Support::yes) return unsupported(group, collective, dtype, op, mode_flags, support, host_lock);
+  Expected<bp_group_path> path = plan(group, collective, dtype, op, mode_flags, host_lock);
+  if (!path) return path.take_error();
   return {};
+}
+
+Expected<bp_group_path> plan(const bp_group &group, uint32_t collective, uint32_t dtype, uint32_t op,
+                             uint32_t mode_flags, HostLock host_lock) {
+  if (Status status = check_enums(group, collective, dtype, op); !status) return status.take_error();
+  Support support = group.capabilities.lookup(collective, dtype, op, mode_flags);
+  if (group.kind && support == Support::yes) return BP_PATH_NATIVE;
+  if (Status refusal = off_table(group, collective, dtype, op, mode_flags, support, host_lock); !refusal)
+    return refusal.take_error();
+  return BP_PATH_STAGED;
 }
 
 Status run_collective(bp_group *group, const bp_collective_request *request) {

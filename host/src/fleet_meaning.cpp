@@ -409,8 +409,11 @@ class FleetLoader {
       options.struct_size = sizeof options;
       options.name = name.c_str();
       options.policy = entry.value("policy", std::string("stage")) == "reject" ? BP_POLICY_REJECT : BP_POLICY_STAGE;
+      options.on_unsupported = entry.value("on_unsupported", std::string("error")) == "stage"
+                                   ? BP_ON_UNSUPPORTED_STAGE
+                                   : BP_ON_UNSUPPORTED_ERROR;
       bp_group *group = nullptr;
-      Status status = create_group(&host_, ranks.data(), ranks.size(), &options, &group);
+      Status status = create_group(&host_, ranks.data(), ranks.size(), &options, &group, HostLock::held);
       if (!status) {
         problems_.add(status.take_error(), at, entry);
         continue;

@@ -8,11 +8,12 @@
 #include "fleet_problems.hpp"
 #include "host.hpp"
 #include "layers.hpp"
+#include "staging.hpp"
 
 namespace backplane {
 
 Status create_group(bp_host *host, bp_device *const *ranks, size_t rank_count, const bp_group_options *options,
-                    bp_group **out) {
+                    bp_group **out, HostLock host_lock) {
   constexpr const char *function = "bp_group_create";
   if (!host) return null_argument(function, "host");
   if (!ranks) return null_argument(function, "ranks");
@@ -26,7 +27,15 @@ Status create_group(bp_host *host, bp_device *const *ranks, size_t rank_count, c
     group->name = options->name ? options->name : "";
     group->policy = options->policy;
     if (group->policy != BP_POLICY_STAGE && group->policy != BP_POLICY_REJECT)
-      return Error(BP_INVALID_ARGUMENT, "bp_group_create: unknown policy " + std::to_string(group->policy));
+      return Error(BP_INVALID_ARGUMENT, "bp_group_create: unknown policy " + std::to_string(group->policy))
+          .hint("use BP_POLICY_STAGE or BP_POLICY_REJECT");
+    if (options->struct_size >= BP_GROUP_OPTIONS_SIZE_V1_4) {
+      if (options->on_unsupported != BP_ON_UNSUPPORTED_ERROR && options->on_unsupported != BP_ON_UNSUPPORTED_STAGE)
+        return Error(BP_INVALID_ARGUMENT,
+                     "bp_group_create: unknown on_unsupported " + std::to_string(options->on_unsupported))
+            .hint("use BP_ON_UNSUPPORTED_ERROR or BP_ON_UNSUPPORTED_STAGE");
+      group->on_unsupported = static_cast<uint32_t>(options->on_unsupported);
+    }
   }
   for (size_t rank = 0; rank < rank_count; ++rank) {
     bp_device *device = ranks[rank];
@@ -86,6 +95,12 @@ Status create_group(bp_host *host, bp_device *const *ranks, size_t rank_count, c
     }
     group->plugin_queues = plugin.descriptor.abi_minor >= 2;
   }
+  if (Status status = prepare_staging(*group, host_lock); !status) {
+    destroy_group(group.release());
+    return status;
+  }
+  // A mixed group runs what staging runs.
+  if (!group->kind && group->staging) group->capabilities = group->staging->capabilities;
   *out = group.release();
   return {};
 }
@@ -115,7 +130,7 @@ extern "C" {
 bp_error *bp_group_create(bp_host *host, bp_device *const *ranks, size_t rank_count, const bp_group_options *options,
                           bp_group **out) {
   return guarded([&]() -> Status {
-    if (Status status = create_group(host, ranks, rank_count, options, out); !status) return status;
+    if (Status status = create_group(host, ranks, rank_count, options, out, HostLock::take); !status) return status;
     retain_host(host);
     return {};
   });
@@ -134,6 +149,31 @@ bp_error *bp_group_check(bp_group *group, bp_collective collective, bp_dtype dty
   return guarded([&]() -> Status {
     if (!group) return null_argument("bp_group_check", "group");
     return check_support(*group, collective, dtype, op, 0);
+  });
+}
+
+bp_error *bp_group_plan(bp_group *group, bp_collective collective, bp_dtype dtype, bp_reduce_op op,
+                        bp_group_path *out) {
+  return guarded([&]() -> Status {
+    if (!group) return null_argument("bp_group_plan", "group");
+    if (!out) return null_argument("bp_group_plan", "out");
+    Expected<bp_group_path> path = plan(*group, collective, dtype, op, 0);
+    if (!path) return path.take_error();
+    *out = *path;
+    return {};
+  });
+}
+
+bp_error *bp_group_get_counters(const bp_group *group, bp_group_counters *out) {
+  return guarded([&]() -> Status {
+    if (!group) return null_argument("bp_group_get_counters", "group");
+    bp_group_counters counters{};
+    counters.struct_size = sizeof counters;
+    counters.native_calls = group->counters.native.load(std::memory_order_relaxed);
+    counters.staged_calls = group->counters.staged.load(std::memory_order_relaxed);
+    counters.refused_calls = group->counters.refused.load(std::memory_order_relaxed);
+    counters.staged_bytes = group->counters.staged_bytes.load(std::memory_order_relaxed);
+    return write_out("bp_group_get_counters", out, counters, BP_GROUP_COUNTERS_SIZE_V1_4);
   });
 }
 

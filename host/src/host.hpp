@@ -34,6 +34,25 @@ struct bp_error_sink {
 
 namespace backplane {
 
+// Whether a function must take the host's lock itself, or its caller holds it.
+enum class HostLock { take, held };
+
+// A group's staging through host memory (staging.hpp), freed where it is defined.
+struct Staging;
+struct StagingDeleter {
+  void operator()(Staging *staging) const;
+};
+
+// How a group's collectives ran (bp_group_counters). One thread at a time
+// adds (the group's start claim), any thread reads: a relaxed load and
+// store, no read-modify-write on the hot path.
+struct GroupCounters {
+  std::atomic<uint64_t> native{0}, staged{0}, refused{0}, staged_bytes{0};
+  static void add(std::atomic<uint64_t> &counter, uint64_t by = 1) {
+    counter.store(counter.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+  }
+};
+
 // One plugin loaded into one host. Its descriptor and function table are
 // copied, zero-extended to this host's struct sizes, so a plugin built
 // against an older minor reads as if its missing fields were NULL.
@@ -238,6 +257,7 @@ struct bp_group {
   bp_host *host = nullptr;
   std::string name;
   uint32_t policy = BP_POLICY_STAGE;
+  uint32_t on_unsupported = BP_ON_UNSUPPORTED_ERROR;
   std::vector<bp_device *> ranks;
   // Set when every rank has one kind; the plugin's communicator then exists.
   backplane::DeviceKind *kind = nullptr;
@@ -252,6 +272,12 @@ struct bp_group {
   // Whether the plugin may have several requests in flight on the comm
   // (plugin ABI minor >= 2); else the host waits for one before the next.
   bool plugin_queues = false;
+  // Collectives through host memory: a mixed group with policy stage, or a
+  // group with on_unsupported stage. NULL when neither was asked for or the
+  // group cannot be staged; `staging_refusal` then says why (a sentence).
+  std::unique_ptr<backplane::Staging, backplane::StagingDeleter> staging;
+  std::string staging_refusal;
+  backplane::GroupCounters counters;
   // Some rank is a layered device: collectives run the layers' hooks.
   bool layered = false;
   bool layers_timed = false;  // some rank's chain has a BP_LAYER_TIMED layer
@@ -326,7 +352,7 @@ Status load_plugin_file(bp_host &host, const std::filesystem::path &file);
 void load_directory(bp_host &host, const std::filesystem::path &directory, bool must_exist);
 // Creates a group (bp_group_create's work).
 Status create_group(bp_host *host, bp_device *const *ranks, size_t rank_count, const bp_group_options *options,
-                    bp_group **out);
+                    bp_group **out, HostLock host_lock);
 
 // The refusal of libbackplane_<kind>.so when it refused the options it was
 // given (its entry returned BP_CONFIG), else NULL; caller holds the lock
@@ -336,12 +362,12 @@ const bp_error *options_refusal(const bp_host &host, std::string_view kind);
 // Rebuilds capability_listing from the kinds; caller holds the lock.
 void rebuild_capability_listing(bp_host &host);
 
-// Whether a function must take the host's lock itself, or its caller holds it.
-enum class HostLock { take, held };
-
 // Dispatch helpers shared by collectives, bp_group_check and fleets (dispatch.cpp).
 Status check_support(const bp_group &group, uint32_t collective, uint32_t dtype, uint32_t op,
                      uint32_t mode_flags, HostLock host_lock = HostLock::take);
+// Which way the request would run (bp_group_plan), or the refusal.
+Expected<bp_group_path> plan(const bp_group &group, uint32_t collective, uint32_t dtype, uint32_t op,
+                             uint32_t mode_flags, HostLock host_lock = HostLock::take);
 
 }  // namespace backplane
 

@@ -57,7 +57,7 @@ if ! diff "$work/map.txt" "$work/exported.txt" >"$work/diff.txt"; then
   fail "exported symbols differ from host/libbackplane.map (< map, > library):"
   sed 's/^/    /' "$work/diff.txt"
 fi
-for expected in "bp_host_create BACKPLANE_1.0" "bp_group_route BACKPLANE_1.1" "bp_api_version BACKPLANE_1.2" "bp_device_wrap BACKPLANE_1.3"; do
+for expected in "bp_host_create BACKPLANE_1.0" "bp_group_route BACKPLANE_1.1" "bp_api_version BACKPLANE_1.2" "bp_device_wrap BACKPLANE_1.3" "bp_group_plan BACKPLANE_1.4"; do
   grep -qx "$expected" "$work/exported.txt" || fail "expected ${expected% *}@@${expected#* } in $library"
 done
 

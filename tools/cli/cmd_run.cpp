@@ -3,6 +3,7 @@
 // place, then in place), each result checked against the reference
 // (tools/reference); `--json` for machines. The runner and the rows are
 // collective_rows.hpp, shared with `bench`. `run --sweep` is cmd_sweep.cpp.
+#include <cinttypes>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -106,8 +107,23 @@ int run_run(const GlobalOptions &options, const std::string &fleet_file, bool js
     out["out_of_bounds"] = tally.wrong;
     out["errors"] = tally.errors;
     out["avg_busbw"] = barrier ? Json(nullptr) : Json(tally.avg_busbw());
+    bp_group_counters counters{};
+    counters.struct_size = sizeof counters;
+    if (Status read(bp_group_get_counters(group.get(), &counters)); read) {
+      out["group_counters"] = {{"native_calls", counters.native_calls},
+                               {"staged_calls", counters.staged_calls},
+                               {"refused_calls", counters.refused_calls},
+                               {"staged_bytes", counters.staged_bytes}};
+    }
     out_entries.push_back(std::move(out));
-    if (!json) print_footer(tally, barrier);
+    if (!json) {
+      print_footer(tally, barrier);
+      // The group's own count so far: every call of its entries, warm-up and checks included.
+      std::printf("# group %s so far: %" PRIu64 " call%s native, %" PRIu64 " staged through host memory (%" PRIu64
+                  " bytes copied), %" PRIu64 " refused\n",
+                  std::string(group.name()).c_str(), counters.native_calls, counters.native_calls == 1 ? "" : "s",
+                  counters.staged_calls, counters.staged_bytes, counters.refused_calls);
+    }
   }
 
   const bool ok = total.wrong == 0 && total.errors == 0;

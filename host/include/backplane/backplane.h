@@ -48,7 +48,7 @@ extern "C" {
 #endif
 
 #define BP_API_VERSION_MAJOR 1
-#define BP_API_VERSION_MINOR 3
+#define BP_API_VERSION_MINOR 4
 
 /* The largest struct_size an out-struct may claim. */
 #define BP_OUT_STRUCT_SIZE_MAX 4096u
@@ -320,19 +320,37 @@ BP_API void bp_buffer_destroy(bp_buffer *buffer);
 
 /* ---- groups ------------------------------------------------------------ */
 
+/* A group whose ranks are of several device kinds (since 1.4: staged). */
 typedef enum bp_group_policy {
-  BP_POLICY_STAGE = 0,  /* mixed kinds run through host memory (not yet available) */
-  BP_POLICY_REJECT = 1, /* mixed kinds are refused */
+  /* Every collective runs through host memory: each rank's plugin copies its
+   * data to the host (a cpu rank's buffers are used as they are), the cpu
+   * plugin's kernels compute the collective there, and the results are
+   * copied back. Needs the cpu plugin, with a cpu device for each rank. */
+  BP_POLICY_STAGE = 0,
+  BP_POLICY_REJECT = 1, /* mixed kinds are refused with MIXED_DEVICE_KINDS */
   BP_POLICY_MAX_ENUM = 0x7FFFFFFF
 } bp_group_policy;
+
+/* Since 1.4: what a group of one kind does with a request its kind does
+ * not declare (an element type, op, collective or mode). */
+typedef enum bp_unsupported_action {
+  BP_ON_UNSUPPORTED_ERROR = 0, /* refused: UNSUPPORTED_* with alternatives */
+  BP_ON_UNSUPPORTED_STAGE = 1, /* run through host memory as a mixed group is, and counted */
+  BP_ON_UNSUPPORTED_MAX_ENUM = 0x7FFFFFFF
+} bp_unsupported_action;
 
 typedef struct bp_group_options {
   size_t struct_size;
   const void *next;
   const char *name;  /* may be NULL */
   uint32_t policy;   /* bp_group_policy */
+  /* Since 1.4: bp_unsupported_action. 64 bits wide so that it starts past
+   * the 1.0 struct's tail padding (offset 32): an older application may
+   * leave that padding unset and still pass sizeof as struct_size. */
+  uint64_t on_unsupported;
 } bp_group_options;
 #define BP_GROUP_OPTIONS_SIZE_V1_0 BP_STRUCT_SIZE(bp_group_options, policy)
+#define BP_GROUP_OPTIONS_SIZE_V1_4 BP_STRUCT_SIZE(bp_group_options, on_unsupported)
 
 /* ranks[r] is rank r; a device may appear once. `options` may be NULL. */
 BP_API bp_error *bp_group_create(bp_host *host, bp_device *const *ranks, size_t rank_count,
@@ -385,6 +403,31 @@ BP_API bp_device *bp_group_device(const bp_group *group, size_t rank); /* NULL w
  * (e.g. "through host memory: the devices are on different OpenCL
  * platforms"); "" when the plugin says nothing. Valid while the group lives. */
 BP_API const char *bp_group_route(const bp_group *group);
+
+/* Since 1.4: how a group's collectives ran. Each count only grows; a call
+ * is counted once it started (native, staged) or was refused for what the
+ * group cannot run (UNSUPPORTED_*, MIXED_DEVICE_KINDS, a size over a
+ * limit); calls refused for their arguments are not counted. */
+typedef struct bp_group_counters {
+  size_t struct_size;
+  void *next;            /* writable: the caller's chain of extensions */
+  uint64_t native_calls; /* run by the group's own plugin */
+  uint64_t staged_calls; /* run through host memory (a mixed group, or on_unsupported "stage") */
+  uint64_t refused_calls;
+  uint64_t staged_bytes; /* copied between the devices and host memory by staged calls */
+} bp_group_counters;
+#define BP_GROUP_COUNTERS_SIZE_V1_4 BP_STRUCT_SIZE(bp_group_counters, staged_bytes)
+BP_API bp_error *bp_group_get_counters(const bp_group *group, bp_group_counters *out);
+
+/* Since 1.4: which way a request would run on the group, or the error the
+ * call would return (as bp_group_check). */
+typedef enum bp_group_path {
+  BP_PATH_NATIVE = 0, /* the group's plugin runs it */
+  BP_PATH_STAGED = 1, /* through host memory */
+  BP_PATH_MAX_ENUM = 0x7FFFFFFF
+} bp_group_path;
+BP_API bp_error *bp_group_plan(bp_group *group, bp_collective collective, bp_dtype dtype, bp_reduce_op op,
+                               bp_group_path *out);
 
 /* in_place of a workload */
 #define BP_WORKLOAD_OUT_OF_PLACE 0x1u

@@ -519,12 +519,15 @@ class Host {
 
   Result<Group> create_group(std::span<const Device> ranks, const char *name = nullptr,
                              bp_group_policy policy = BP_POLICY_STAGE) {
-    std::vector<bp_device *> raw_ranks;
-    for (const Device &device : ranks) raw_ranks.push_back(device.get());
     bp_group_options options{};
     options.struct_size = sizeof options;
     options.name = name;
     options.policy = policy;
+    return create_group(ranks, options);
+  }
+  Result<Group> create_group(std::span<const Device> ranks, const bp_group_options &options) {
+    std::vector<bp_device *> raw_ranks;
+    for (const Device &device : ranks) raw_ranks.push_back(device.get());
     bp_group *group = nullptr;
     if (bp_error *error = bp_group_create(host_.get(), raw_ranks.data(), raw_ranks.size(), &options, &group))
       return Error(error);

@@ -1,0 +1,370 @@
+// Groups across device kinds, staged through host memory (staging.hpp), with
+// the real cpu, OpenCL (PoCL) and Vulkan (lavapipe) plugins: every pair of
+// the kinds here and the triple, the nine collectives against the reference
+// (collective_runner.hpp), in place, out of place and mixed, every root,
+// counts 0, 1, odd and large; the "reject" policy; groups that cannot be
+// staged; on_unsupported "stage" for what a kind lacks (f16 on PoCL),
+// counted; bp_group_plan and bp_group_check; groups staged from 4 threads.
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backplane_reference/collective_reference.hpp"
+#include "collective_runner.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+using namespace backplane::testing::collectives;
+using backplane::testing::devices_of_kind;
+
+// One host for the binary: 8 cpu devices, the first OpenCL and Vulkan devices.
+Host &shared_host() {
+  static Host host = backplane::testing::make_builtin_host(R"({"cpu": {"devices": 8}})");
+  return host;
+}
+
+bool has_kind(const std::string &kind) { return !devices_of_kind(shared_host(), kind).empty(); }
+
+// CI sets BACKPLANE_REQUIRE_OPENCL / BACKPLANE_REQUIRE_VULKAN (.ci/run):
+// there a missing kind fails the test instead of skipping it.
+bool kind_required(const std::string &kind) {
+  std::string variable = "BACKPLANE_REQUIRE_" + kind;
+  for (char &c : variable) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  const char *value = std::getenv(variable.c_str());
+  return value && std::string(value) == "1";
+}
+#define REQUIRE_KINDS(...)                                                                       \
+  for (const std::string kind : {__VA_ARGS__}) {                                                 \
+    if (has_kind(kind)) continue;                                                                \
+    if (kind_required(kind)) FAIL() << "no " << kind << " device, and CI requires one";          \
+    GTEST_SKIP() << "this machine has no " << kind << " device";                                 \
+  }
+
+// Ranks of the mixed groups; cpu ranks are not cpu:0, so that the cpu
+// devices staging lends to the other ranks are not the group's own.
+struct Mix {
+  const char *label;
+  std::vector<std::string> devices;
+};
+const std::vector<Mix> &mixes() {
+  static const std::vector<Mix> all = {
+      {"cpu_opencl", {"cpu:3", "opencl:0"}},
+      {"vulkan_cpu", {"vulkan:0", "cpu:5"}},
+      {"opencl_vulkan", {"opencl:0", "vulkan:0"}},
+      {"opencl_cpu_vulkan", {"opencl:0", "cpu:2", "vulkan:0"}},
+  };
+  return all;
+}
+
+struct StagedCase {
+  Case call;
+  size_t mix;
+};
+
+void PrintTo(const StagedCase &c, std::ostream *out) { *out << mixes()[c.mix].label << "_" << case_name(c.call); }
+
+class StagedCollectives : public ::testing::TestWithParam<StagedCase> {};
+
+// Counts 0, 1 and 37 at every root, through the three entry points; then
+// 65537 elements at the last root.
+TEST_P(StagedCollectives, MatchesReference) {
+  const StagedCase c = GetParam();
+  const Mix &mix = mixes()[c.mix];
+  for (const std::string &device : mix.devices) {
+    const std::string kind = device.substr(0, device.find(':'));
+    REQUIRE_KINDS(kind);
+  }
+  Host &host = shared_host();
+  const size_t n = mix.devices.size();
+  auto path_for = [](size_t count) {
+    return count == 1 ? Path::request_blocking : count == 37 ? Path::named_async : Path::named_blocking;
+  };
+  std::vector<uint32_t> roots{0};
+  if (ref::is_rooted(c.call.collective))
+    for (uint32_t root = 1; root < n; ++root) roots.push_back(root);
+  for (size_t count : {size_t{0}, size_t{1}, size_t{37}}) {
+    for (uint32_t root : roots) {
+      SCOPED_TRACE("count " + std::to_string(count) + ", root " + std::to_string(root) + ", through " +
+                   path_name(path_for(count)));
+      Runner(host, c.call, mix.devices, count, root, path_for(count)).run();
+      if (HasFailure()) return;
+    }
+  }
+  SCOPED_TRACE("count 65537, root " + std::to_string(n - 1));
+  Runner(host, c.call, mix.devices, 65537, static_cast<uint32_t>(n - 1), Path::named_blocking).run();
+}
+
+std::vector<StagedCase> staged_cases() {
+  std::vector<StagedCase> cases;
+  for (size_t mix = 0; mix < mixes().size(); ++mix) {
+    for (bp_collective c : {BP_ALL_REDUCE, BP_REDUCE, BP_BROADCAST, BP_ALL_GATHER, BP_REDUCE_SCATTER, BP_GATHER,
+                            BP_SCATTER, BP_ALL_TO_ALL}) {
+      for (Placement p : {Placement::out_of_place, Placement::in_place, Placement::mixed}) {
+        if (ref::is_reducing(c)) {
+          cases.push_back({{c, BP_F32, BP_SUM, p}, mix});
+          cases.push_back({{c, BP_I32, BP_MAX, p}, mix});
+          if (p == Placement::out_of_place) {
+            cases.push_back({{c, BP_F16, BP_AVG, p}, mix});
+            cases.push_back({{c, BP_U8, BP_PROD, p}, mix});
+            cases.push_back({{c, BP_F64, BP_MIN, p}, mix});
+          }
+        } else {
+          cases.push_back({{c, BP_BF16, BP_SUM, p}, mix});
+          if (p == Placement::out_of_place) cases.push_back({{c, BP_U64, BP_SUM, p}, mix});
+        }
+      }
+    }
+    cases.push_back({{BP_BARRIER, BP_U8, BP_SUM, Placement::out_of_place}, mix});
+  }
+  return cases;
+}
+
+std::string staged_name(const ::testing::TestParamInfo<StagedCase> &info) {
+  return std::string(mixes()[info.param.mix].label) + "_" + case_name(info.param.call);
+}
+
+INSTANTIATE_TEST_SUITE_P(Mixes, StagedCollectives, ::testing::ValuesIn(staged_cases()), staged_name);
+
+// ---- policy, refusals, plan, counters --------------------------------------
+
+std::vector<Device> find_devices(Host &host, const std::vector<std::string> &names) {
+  std::vector<Device> devices;
+  for (const std::string &name : names) {
+    Result<Device> device = host.find_device(name.c_str());
+    EXPECT_TRUE(device) << name;
+    if (device) devices.push_back(*device);
+  }
+  return devices;
+}
+
+bp_group_counters counters_of(const Group &group) {
+  bp_group_counters counters{};
+  counters.struct_size = sizeof counters;
+  Status read(bp_group_get_counters(group.get(), &counters));
+  EXPECT_TRUE(read) << read.error().json();
+  return counters;
+}
+
+// Buffers of `bytes` on each device, filled with a pattern of `seed`.
+std::vector<Buffer> filled_buffers(const std::vector<Device> &devices, size_t bytes, unsigned seed) {
+  std::vector<Buffer> buffers;
+  for (size_t r = 0; r < devices.size(); ++r) {
+    Result<Buffer> buffer = Buffer::create(devices[r], bytes);
+    EXPECT_TRUE(buffer);
+    std::vector<unsigned char> pattern(bytes);
+    for (size_t i = 0; i < bytes; ++i) pattern[i] = static_cast<unsigned char>(seed + 13 * r + i);
+    EXPECT_TRUE(buffer->write(0, pattern.data(), bytes));
+    buffers.push_back(std::move(buffer).value());
+  }
+  return buffers;
+}
+
+std::vector<bp_buffer *> raw(const std::vector<Buffer> &buffers) {
+  std::vector<bp_buffer *> handles;
+  for (const Buffer &buffer : buffers) handles.push_back(buffer.get());
+  return handles;
+}
+
+std::vector<std::vector<unsigned char>> contents(const std::vector<Buffer> &buffers) {
+  std::vector<std::vector<unsigned char>> all;
+  for (const Buffer &buffer : buffers) {
+    std::vector<unsigned char> bytes(buffer.size());
+    EXPECT_TRUE(buffer.read(0, bytes.data(), bytes.size()));
+    all.push_back(std::move(bytes));
+  }
+  return all;
+}
+
+TEST(StagingPolicy, RejectRefusesWithTheKindsNamedAndLeavesTheBuffers) {
+  REQUIRE_KINDS("opencl");
+  Host &host = shared_host();
+  const std::vector<Device> ranks = find_devices(host, {"cpu:1", "opencl:0"});
+  Result<Group> group = host.create_group(ranks, "rejecting", BP_POLICY_REJECT);
+  ASSERT_TRUE(group) << group.error().json();
+  std::vector<Buffer> send = filled_buffers(ranks, 64, 3), recv = filled_buffers(ranks, 64, 9);
+  const auto send_before = contents(send), recv_before = contents(recv);
+
+  Status status = group->all_reduce(raw(send), raw(recv), 16, BP_F32, BP_SUM);
+  ASSERT_FALSE(status);
+  EXPECT_EQ(status.error().code(), BP_MIXED_DEVICE_KINDS);
+  const std::string message(status.error().message());
+  EXPECT_NE(message.find("cpu, opencl"), std::string::npos) << message;
+  EXPECT_NE(message.find("'reject'"), std::string::npos) << message;
+  EXPECT_EQ(status.error().field("kinds"), R"(["cpu","opencl"])");
+  EXPECT_EQ(contents(send), send_before);
+  EXPECT_EQ(contents(recv), recv_before);
+
+  Status check(bp_group_check(group->get(), BP_ALL_REDUCE, BP_F32, BP_SUM));
+  ASSERT_FALSE(check);
+  EXPECT_EQ(check.error().code(), BP_MIXED_DEVICE_KINDS);
+  const bp_group_counters counters = counters_of(*group);
+  EXPECT_EQ(counters.refused_calls, 1u);  // the call, not the check
+  EXPECT_EQ(counters.staged_calls, 0u);
+}
+
+TEST(StagingPolicy, PlanAndCheckSayWhatStagingRuns) {
+  REQUIRE_KINDS("opencl", "vulkan");
+  Host &host = shared_host();
+  const std::vector<Device> ranks = find_devices(host, {"vulkan:0", "opencl:0", "cpu:4"});
+  Result<Group> group = host.create_group(ranks);
+  ASSERT_TRUE(group) << group.error().json();
+  bp_group_path path = BP_PATH_NATIVE;
+  Status plan(bp_group_plan(group->get(), BP_REDUCE_SCATTER, BP_BF16, BP_MAX, &path));
+  ASSERT_TRUE(plan) << plan.error().json();
+  EXPECT_EQ(path, BP_PATH_STAGED);
+  EXPECT_TRUE(Status(bp_group_check(group->get(), BP_ALL_TO_ALL, BP_U64, BP_SUM)));
+  // The cpu plugin, which computes staged collectives, averages floats only.
+  Status avg(bp_group_check(group->get(), BP_ALL_REDUCE, BP_I32, BP_AVG));
+  ASSERT_FALSE(avg);
+  EXPECT_EQ(avg.error().code(), BP_UNSUPPORTED_REDUCE_OP);
+  EXPECT_NE(avg.error().message().find("runs through host memory"), std::string::npos) << avg.error().message();
+  EXPECT_EQ(avg.error().field("path"), "staged");
+  Status bad(bp_group_plan(group->get(), BP_ALL_REDUCE, BP_F32, BP_SUM, nullptr));
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code(), BP_INVALID_ARGUMENT);
+
+  Result<Group> cpu = host.create_group(find_devices(host, {"cpu:0", "cpu:1"}));
+  ASSERT_TRUE(cpu);
+  ASSERT_TRUE(Status(bp_group_plan(cpu->get(), BP_ALL_REDUCE, BP_F32, BP_SUM, &path)));
+  EXPECT_EQ(path, BP_PATH_NATIVE);
+}
+
+// A host whose cpu plugin has 1 device cannot lend one to each of 2 ranks:
+// the group is created and its calls are refused with the reason.
+TEST(StagingPolicy, AGroupThatCannotBeStagedIsRefusedWithTheReason) {
+  REQUIRE_KINDS("opencl", "vulkan");
+  {
+    Host host = backplane::testing::make_builtin_host(R"({"cpu": {"devices": 1}})");
+    const std::vector<Device> ranks = find_devices(host, {"opencl:0", "vulkan:0"});
+    Result<Group> group = host.create_group(ranks);
+    ASSERT_TRUE(group) << group.error().json();
+    Status check(bp_group_check(group->get(), BP_ALL_REDUCE, BP_F32, BP_SUM));
+    ASSERT_FALSE(check);
+    EXPECT_EQ(check.error().code(), BP_MIXED_DEVICE_KINDS);
+    EXPECT_NE(check.error().message().find("a cpu device for each of the group's 2 ranks, and the cpu plugin has 1"),
+              std::string::npos)
+        << check.error().message();
+    std::vector<Buffer> send = filled_buffers(ranks, 32, 1), recv = filled_buffers(ranks, 32, 2);
+    const auto recv_before = contents(recv);
+    Status status = group->all_gather(raw(send), raw(recv), 4, BP_U32);
+    ASSERT_FALSE(status);
+    EXPECT_EQ(status.error().code(), BP_MIXED_DEVICE_KINDS);
+    EXPECT_EQ(contents(recv), recv_before);
+    EXPECT_EQ(counters_of(*group).refused_calls, 1u);
+  }
+}
+
+// PoCL has no cl_khr_fp16: an f16 all_reduce on an OpenCL group is refused
+// by default, and runs staged (counted) with on_unsupported "stage".
+TEST(StagingFallback, WhatAKindLacksRunsStagedOnlyWhenAskedAndIsCounted) {
+  Host &host = shared_host();
+  REQUIRE_KINDS("opencl");
+  const std::vector<Device> opencl = devices_of_kind(host, "opencl");
+  if (Status f16(bp_group_check(host.create_group(opencl)->get(), BP_ALL_REDUCE, BP_F16, BP_SUM)); f16)
+    GTEST_SKIP() << "the OpenCL device runs f16 itself";
+
+  Result<Group> strict = host.create_group(opencl);
+  ASSERT_TRUE(strict);
+  std::vector<Buffer> send = filled_buffers(opencl, 16, 5), recv = filled_buffers(opencl, 16, 6);
+  Status refused = strict->all_reduce(raw(send), raw(recv), 8, BP_F16, BP_SUM);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), BP_UNSUPPORTED_DTYPE);
+  EXPECT_EQ(counters_of(*strict).refused_calls, 1u);
+  EXPECT_EQ(counters_of(*strict).staged_calls, 0u);
+  ASSERT_TRUE(strict->all_reduce(raw(send), raw(recv), 4, BP_F32, BP_SUM));
+  EXPECT_EQ(counters_of(*strict).native_calls, 1u);
+
+  bp_group_options options{};
+  options.struct_size = sizeof options;
+  options.on_unsupported = BP_ON_UNSUPPORTED_STAGE;
+  Result<Group> lenient = host.create_group(opencl, options);
+  ASSERT_TRUE(lenient) << lenient.error().json();
+  bp_group_path path = BP_PATH_NATIVE;
+  ASSERT_TRUE(Status(bp_group_plan(lenient->get(), BP_ALL_REDUCE, BP_F16, BP_SUM, &path)));
+  EXPECT_EQ(path, BP_PATH_STAGED);
+  ASSERT_TRUE(Status(bp_group_plan(lenient->get(), BP_ALL_REDUCE, BP_F32, BP_SUM, &path)));
+  EXPECT_EQ(path, BP_PATH_NATIVE);
+  std::vector<std::string> names;
+  for (const Device &device : opencl) names.push_back(device.info()->name);
+  for (Placement placement : {Placement::out_of_place, Placement::in_place}) {
+    Runner(host, {BP_ALL_REDUCE, BP_F16, BP_SUM, placement}, names, 37, 0, Path::named_blocking, &options).run();
+  }
+  // Each Runner made a group of its own; this one counts what ran on it.
+  ASSERT_TRUE(lenient->all_reduce(raw(send), raw(recv), 8, BP_F16, BP_SUM));
+  ASSERT_TRUE(lenient->all_reduce(raw(send), raw(recv), 4, BP_F32, BP_SUM));
+  const bp_group_counters counters = counters_of(*lenient);
+  EXPECT_EQ(counters.staged_calls, 1u);
+  EXPECT_EQ(counters.native_calls, 1u);
+  EXPECT_EQ(counters.refused_calls, 0u);
+  EXPECT_EQ(counters.staged_bytes, 2 * 16 * opencl.size());
+}
+
+TEST(StagingOptions, UnknownValuesAreInvalidArguments) {
+  Host &host = shared_host();
+  const std::vector<Device> ranks = find_devices(host, {"cpu:0"});
+  bp_group_options options{};
+  options.struct_size = sizeof options;
+  options.on_unsupported = 7;
+  Result<Group> group = host.create_group(ranks, options);
+  ASSERT_FALSE(group);
+  EXPECT_EQ(group.error().code(), BP_INVALID_ARGUMENT);
+  options.on_unsupported = BP_ON_UNSUPPORTED_ERROR;
+  options.policy = 9;
+  Result<Group> policy = host.create_group(ranks, options);
+  ASSERT_FALSE(policy);
+  EXPECT_EQ(policy.error().code(), BP_INVALID_ARGUMENT);
+  // A 1.0 struct (no on_unsupported) is read as "error".
+  options.policy = BP_POLICY_STAGE;
+  options.on_unsupported = 0xFFFF;
+  options.struct_size = BP_GROUP_OPTIONS_SIZE_V1_0;
+  EXPECT_TRUE(host.create_group(ranks, options));
+  bp_group_counters small{};
+  small.struct_size = 8;
+  Result<Group> good = host.create_group(ranks);
+  Status read(bp_group_get_counters(good->get(), &small));
+  ASSERT_FALSE(read);
+  EXPECT_EQ(read.error().code(), BP_INVALID_ARGUMENT);
+}
+
+// Four threads, each with a mixed group of its own, staging at once.
+TEST(StagingConcurrency, MixedGroupsFromFourThreads) {
+  REQUIRE_KINDS("opencl");
+  Host &host = shared_host();
+  std::vector<std::thread> threads;
+  std::vector<std::string> failures(4);
+  for (size_t t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      const std::vector<Device> ranks = find_devices(host, {"cpu:" + std::to_string(t + 1), "opencl:0"});
+      Result<Group> group = host.create_group(ranks);
+      if (!group) return void(failures[t] = group.error().json());
+      constexpr size_t kInts = 1024;
+      std::vector<Buffer> send = filled_buffers(ranks, kInts * 4, static_cast<unsigned>(t)),
+                          recv = filled_buffers(ranks, kInts * 4, 99);
+      const auto inputs = contents(send);
+      for (int call = 0; call < 20; ++call) {
+        if (Status status = group->all_reduce(raw(send), raw(recv), kInts, BP_U32, BP_SUM); !status)
+          return void(failures[t] = status.error().json());
+      }
+      for (const auto &result : contents(recv)) {
+        for (size_t i = 0; i < kInts; ++i) {
+          uint32_t a, b, got;
+          std::memcpy(&a, inputs[0].data() + 4 * i, 4);
+          std::memcpy(&b, inputs[1].data() + 4 * i, 4);
+          std::memcpy(&got, result.data() + 4 * i, 4);
+          if (got != a + b) return void(failures[t] = "wrong sum at element " + std::to_string(i));
+        }
+      }
+      if (counters_of(*group).staged_calls != 20) failures[t] = "staged_calls is not 20";
+    });
+  }
+  for (std::thread &thread : threads) thread.join();
+  for (size_t t = 0; t < 4; ++t) EXPECT_EQ(failures[t], "") << "thread " << t;
+}
+
+}  // namespace
