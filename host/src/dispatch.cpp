@@ -625,8 +625,8 @@ void track(bp_group &group, const std::shared_ptr<InFlight> &in_flight) {
 // around it. Completes before it returns: an _async call's event is then
 // complete at once (*started stays NULL).
 [[gnu::cold, gnu::noinline]] Status start_off_table(bp_group &group, const bp_collective_request &request,
-                                                    uint32_t mode_flags, size_t largest_bytes, Support support,
-                                                    LayeredCall *layered) {
+                                                    bool caller_waits, uint32_t mode_flags, size_t largest_bytes,
+                                                    Support support, LayeredCall *layered) {
   const uint32_t collective = request.collective, dtype = request.dtype, op = request.reduce_op;
   if (Status refusal = off_table(group, collective, dtype, op, mode_flags, support, HostLock::take); !refusal)
     return refused(group, std::move(refusal));
@@ -637,7 +637,7 @@ void track(bp_group &group, const std::shared_ptr<InFlight> &in_flight) {
   // Staging reads and writes the ranks' buffers now: what is in flight on them goes first.
   if (group.tracked.load(std::memory_order_acquire) != 0) wait_for_earlier(group);
   if (group.layered) {
-    if (Status refusal = before_collective(group, request, true, *layered); !refusal)
+    if (Status refusal = before_collective(group, request, caller_waits, *layered); !refusal)
       return about(refusal.take_error(), group, collective, dtype, op);
   }
   GroupCounters::add(group.counters.staged);
@@ -672,7 +672,7 @@ Status start(bp_group *group, const bp_collective_request *given, bool caller_wa
   // staging or the refusal.
   Support support = group->capabilities.lookup(request.collective, request.dtype, request.reduce_op, mode_flags);
   if (!group->kind || support != Support::yes) [[unlikely]]
-    return start_off_table(*group, request, mode_flags, largest_bytes, support, layered);
+    return start_off_table(*group, request, caller_waits, mode_flags, largest_bytes, support, layered);
   if (request.collective != BP_BARRIER) {
     const uint64_t limit = group->capabilities.max_bytes(request.collective, request.dtype);
     if (limit != 0 && largest_bytes > limit) [[unlikely]]

@@ -95,9 +95,12 @@ Status create_group(bp_host *host, bp_device *const *ranks, size_t rank_count, c
     }
     group->plugin_queues = plugin.descriptor.abi_minor >= 2;
   }
-  if (Status status = prepare_staging(*group, host_lock); !status) {
+  // From here the group owns a comm: every way out goes through destroy_group.
+  try {
+    prepare_staging(*group, host_lock);
+  } catch (...) {
     destroy_group(group.release());
-    return status;
+    throw;
   }
   // A mixed group runs what staging runs.
   if (!group->kind && group->staging) group->capabilities = group->staging->capabilities;

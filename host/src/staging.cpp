@@ -107,17 +107,32 @@ Status copy_to_device(const bp_device &device, bp_plugin_buffer *buffer, size_t 
   return status;
 }
 
-// The part of an in-place buffer a collective writes: [offset, offset + bytes).
+// A part of a rank's in-place buffer: [offset, offset + bytes).
 struct Span {
   size_t offset, bytes;
 };
-Span in_place_result(uint32_t collective, size_t rank, size_t block, size_t all_blocks) {
+// What a collective reads of an in-place buffer (types.h): all_gather and
+// gather take the rank's own block r of recv; the others the whole of send.
+Span in_place_input(uint32_t collective, size_t rank, size_t block, size_t all_blocks) {
+  switch (collective) {
+    case BP_ALL_GATHER:
+    case BP_GATHER: return {rank * block, block};
+    case BP_REDUCE_SCATTER:
+    case BP_SCATTER:
+    case BP_ALL_TO_ALL: return {0, all_blocks};
+    default: return {0, block};
+  }
+}
+// What it writes: reduce_scatter and scatter the rank's block r of send;
+// broadcast nothing at the root, whose buffer is the source.
+Span in_place_result(uint32_t collective, size_t rank, bool is_root, size_t block, size_t all_blocks) {
   switch (collective) {
     case BP_REDUCE_SCATTER:
-    case BP_SCATTER: return {rank * block, block};  // the rank's block of send
+    case BP_SCATTER: return {rank * block, block};
     case BP_ALL_GATHER:
     case BP_GATHER:
     case BP_ALL_TO_ALL: return {0, all_blocks};
+    case BP_BROADCAST: return {0, is_root ? 0 : block};
     default: return {0, block};
   }
 }
@@ -174,9 +189,9 @@ Staging::~Staging() {
 
 void StagingDeleter::operator()(Staging *staging) const { delete staging; }
 
-Status prepare_staging(bp_group &group, HostLock host_lock) {
+void prepare_staging(bp_group &group, HostLock host_lock) {
   const bool mixed = group.kind == nullptr;
-  if (mixed ? group.policy != BP_POLICY_STAGE : group.on_unsupported != BP_ON_UNSUPPORTED_STAGE) return {};
+  if (mixed ? group.policy != BP_POLICY_STAGE : group.on_unsupported != BP_ON_UNSUPPORTED_STAGE) return;
   const bp_host &host = *group.host;
   std::shared_lock lock(host.mutex, std::defer_lock);
   if (host_lock == HostLock::take) lock.lock();
@@ -188,16 +203,16 @@ Status prepare_staging(bp_group &group, HostLock host_lock) {
   if (!reducer) {
     group.staging_refusal = "staging through host memory needs the cpu plugin (libbackplane_cpu.so), whose kernels "
                             "compute there, and no loaded plugin provides device kind 'cpu'";
-    return {};
+    return;
   }
   if (group.kind == reducer) {
     group.staging_refusal = "the group's own kind, cpu, is the one that computes staged collectives";
-    return {};
+    return;
   }
   LoadedPlugin &plugin = *reducer->plugin;
   if (!plugin.functions.buffer_wrap_host) {
     group.staging_refusal = "plugin " + plugin.name + " cannot wrap host memory as cpu buffers";
-    return {};
+    return;
   }
 
   auto staging = std::make_unique<Staging>();
@@ -221,7 +236,7 @@ Status prepare_staging(bp_group &group, HostLock host_lock) {
       group.staging_refusal = "staging needs a cpu device for each of the group's " + std::to_string(ranks) +
                               " ranks, and the cpu plugin has " + std::to_string(cpu_devices) +
                               " (raise its \"devices\" option)";
-      return {};
+      return;
     }
     staging->reducer_devices[rank] = free_devices[next_free++];
   }
@@ -232,7 +247,7 @@ Status prepare_staging(bp_group &group, HostLock host_lock) {
   if (status && !staging->comm) status = plugin_returned_null(plugin, "comm_create");
   if (!status) {
     group.staging_refusal = "the cpu plugin could not set up staging: " + status.error().message();
-    return {};
+    return;
   }
   staging->reducer = reducer;
   staging->capabilities = reducer->capabilities;
@@ -242,7 +257,6 @@ Status prepare_staging(bp_group &group, HostLock host_lock) {
   staging->send_handles.resize(ranks);
   staging->recv_handles.resize(ranks);
   group.staging.reset(staging.release());
-  return {};
 }
 
 Status run_staged(bp_group &group, const bp_collective_request &request) {
@@ -252,6 +266,7 @@ Status run_staged(bp_group &group, const bp_collective_request &request) {
   if (collective == BP_BARRIER) return run_reducer(staging, request, ranks);
   // Dispatch checked these products for overflow.
   const size_t block = request.count * dtype_size(request.dtype), all_blocks = block * ranks;
+  if (block == 0) return {};  // nothing to move: no buffer of the reducer's is needed either
   size_t region = 0;
   for (size_t rank = 0; rank < ranks; ++rank) {
     if (staging.direct[rank]) continue;
@@ -272,7 +287,6 @@ Status run_staged(bp_group &group, const bp_collective_request &request) {
     }
     const bp_rank_buffers use = bp_rank_buffers_of(collective, ranks, rank == request.root);
     const size_t send_bytes = use.send_blocks == 1 ? block : all_blocks;
-    const size_t recv_bytes = use.recv_blocks == 1 ? block : all_blocks;
     const Staging::Region &memory = staging.regions[rank];
     const bp_device &device = *group.ranks[rank];
     const bool in_place = use.uses_send && use.uses_recv && request.send[rank] == request.recv[rank];
@@ -280,7 +294,8 @@ Status run_staged(bp_group &group, const bp_collective_request &request) {
     staging.recv_handles[rank] = use.uses_recv ? (in_place ? memory.send : memory.recv) : nullptr;
     Status status;
     if (in_place) {
-      status = copy_to_host(device, send, 0, memory.memory, std::max(send_bytes, recv_bytes), staged);
+      const Span input = in_place_input(collective, rank, block, all_blocks);
+      status = copy_to_host(device, send, input.offset, memory.memory, input.bytes, staged);
     } else if (use.uses_send) {
       status = copy_to_host(device, send, 0, memory.memory, send_bytes, staged);
     }
@@ -297,7 +312,7 @@ Status run_staged(bp_group &group, const bp_collective_request &request) {
     if (!use.uses_recv) continue;
     const Staging::Region &memory = staging.regions[rank];
     const bool in_place = use.uses_send && request.send[rank] == request.recv[rank];
-    const Span result = in_place ? in_place_result(collective, rank, block, all_blocks)
+    const Span result = in_place ? in_place_result(collective, rank, rank == request.root, block, all_blocks)
                                  : Span{0, use.recv_blocks == 1 ? block : all_blocks};
     const std::byte *from = in_place ? memory.memory : memory.memory + staging.region_bytes;
     status = copy_to_device(*group.ranks[rank], group.recv_handles[rank], result.offset, from, result.bytes, staged);

@@ -55,7 +55,7 @@ struct Staging {
 // stage) or asks to stage what its kind does not declare; when it cannot
 // be staged, `group.staging_refusal` says why ("the cpu plugin is not
 // loaded: ..."), and the group is created all the same.
-Status prepare_staging(bp_group &group, HostLock host_lock);
+void prepare_staging(bp_group &group, HostLock host_lock);
 
 // Runs `request` on a staged group. Dispatch checked the arguments (the
 // group's send_handles/recv_handles hold the ranks' plugin buffers) and
