@@ -3,6 +3,7 @@
 // explain (would it run, or the structured refusal), with their exit codes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -395,4 +396,32 @@ TEST_F(CliFleetTest, DevicesExplainAndRunShowTheChainsAndRunWritesTheTrace) {
 }
 
 }  // namespace
+// configs/mixed.json: cpu, OpenCL and Vulkan in one group; every entry is
+// checked, each group's counters printed, and explain names the path.
+TEST_F(CliFleetTest, TheMixedFleetRunsStagedAndExplainSaysSo) {
+  const std::string fleet = std::string(BACKPLANE_TEST_SOURCE_DIR) + "/configs/mixed.json";
+  const nlohmann::json ran = parse_output(run_cli({"run", "--json", fleet}));
+  ASSERT_EQ(ran.value("ok", false), true) << ran.dump(2).substr(0, 4000);
+  uint64_t staged = 0, native = 0;
+  for (const nlohmann::json &entry : ran["entries"]) {
+    staged = std::max<uint64_t>(staged, entry["group_counters"].value("staged_calls", 0));
+    if (entry["group"] == "opencl_lenient") native = entry["group_counters"].value("native_calls", 0);
+  }
+  EXPECT_GT(staged, 0u);
+  EXPECT_GT(native, 0u);  // its f32 entry runs on the OpenCL plugin itself
+  const CommandResult text = run_cli({"run", fleet});
+  ASSERT_EQ(text.exit_code, 0) << text.out;
+  EXPECT_NE(text.out.find("# group cpu_opencl_vulkan so far: 0 calls native, "), std::string::npos) << text.out;
+
+  const CommandResult mixed = run_cli(
+      {"explain", fleet, "--group", "cpu_opencl_vulkan", "--collective", "all_reduce", "--dtype", "f32"});
+  ASSERT_EQ(mixed.exit_code, 0) << mixed.out;
+  EXPECT_NE(mixed.out.find("path: staged through host memory, because the group mixes device kinds"),
+            std::string::npos)
+      << mixed.out;
+  const nlohmann::json fallback = parse_output(
+      run_cli({"explain", "--json", fleet, "--group", "opencl_lenient", "--collective", "all_reduce", "--dtype", "f32"}));
+  EXPECT_EQ(fallback.value("path", ""), "native");
+}
+
 }  // namespace backplane::testing

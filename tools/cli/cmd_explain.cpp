@@ -90,18 +90,30 @@ int run_explain(const GlobalOptions &options, const std::string &fleet_file, con
     return kExitFailure;
   }
 
-  // It runs, on the plugin of the ranks' base devices.
+  // It runs, on the plugin of the ranks' base devices, or staged through host memory.
   Result<GroupDescription> described = describe_group(*host, *group);
   if (!described) {
     print_error(described.error());
     return kExitFailure;
   }
+  bp_group_path path = BP_PATH_NATIVE;
+  if (Status planned(bp_group_plan(group->get(), collective, dtype, op, &path)); !planned) {
+    print_error(planned.error());
+    return kExitFailure;
+  }
+  const bool staged = path == BP_PATH_STAGED;
+  const bool mixed = described->plugins.size() > 1;
+  const std::string why_staged =
+      mixed ? "the group mixes device kinds"
+            : "its kind does not declare it, and the group's on_unsupported is \"stage\" (counted as staged)";
   if (json) {
     nlohmann::ordered_json out = {{"runs", true}, {"operation", bp_collective_name(collective)}};
     if (collective != BP_BARRIER) out["dtype"] = bp_dtype_name(dtype);
     if (is_reducing(collective)) out["reduce_op"] = bp_reduce_op_name(op);
     out["group"] = std::string(group->name());
     out["devices"] = described->devices;
+    out["path"] = staged ? "staged" : "native";
+    if (staged) out["staged_because"] = why_staged;
     // As an error names it ("plugin": {name, version}); one kind, so one
     // plugin, per group until mixed groups are staged through host memory.
     if (!described->plugins.empty())
@@ -116,6 +128,14 @@ int run_explain(const GlobalOptions &options, const std::string &fleet_file, con
   }
   std::printf("would run: %s on group %s (%s) by plugin %s\n", operation.c_str(), std::string(group->name()).c_str(),
               described->device_text().c_str(), described->plugin_text().c_str());
+  if (staged) {
+    std::printf("path: staged through host memory, because %s: each rank's plugin copies its data to host memory, "
+                "the cpu plugin computes it there (a cpu rank's buffers as they are), and the results are copied "
+                "back\n",
+                why_staged.c_str());
+  } else {
+    std::printf("path: native, by the group's own plugin\n");
+  }
   // How the data moves, when the plugin says: e.g. through host memory
   // between devices of different OpenCL platforms.
   if (!group->route().empty()) std::printf("route: %s\n", std::string(group->route()).c_str());
