@@ -183,6 +183,7 @@ const bp_plugin_functions kFunctions = {
     .request_release = trivial_request_release,
     .kind_info = nullptr,
     .comm_info = nullptr,
+    .buffer_host_memory = nullptr,
 };
 
 const bp_plugin_descriptor kDescriptor = {

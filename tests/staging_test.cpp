@@ -131,6 +131,47 @@ std::string staged_name(const ::testing::TestParamInfo<StagedCase> &info) {
 
 INSTANTIATE_TEST_SUITE_P(Mixes, StagedCollectives, ::testing::ValuesIn(staged_cases()), staged_name);
 
+// ---- large calls, in chunks --------------------------------------------------
+
+// staging.hpp: a chunk area holds 2 MiB of a rank's buffer, so these counts
+// make two whole chunks and a part one, for every collective.
+constexpr size_t kAreaBytes = size_t{2} << 20;
+size_t chunked_count(const Case &call, size_t ranks) {
+  const size_t blocks = ref::blocks_per_buffer(call.collective, ranks);
+  return 2 * (kAreaBytes / (blocks * bp_dtype_size(call.dtype))) + 3;
+}
+
+class StagedInChunks : public ::testing::TestWithParam<Case> {};
+
+// The triple of kinds, at the last root: chunk k is copied back by the
+// group's worker while chunk k+1 is copied up.
+TEST_P(StagedInChunks, MatchesReference) {
+  REQUIRE_KINDS("opencl", "vulkan");
+  const Case call = GetParam();
+  const std::vector<std::string> devices{"opencl:0", "cpu:2", "vulkan:0"};
+  const size_t count = chunked_count(call, devices.size());
+  SCOPED_TRACE("count " + std::to_string(count));
+  Runner(shared_host(), call, devices, count, 2, Path::named_blocking).run();
+}
+
+std::vector<Case> chunked_cases() {
+  std::vector<Case> cases;
+  for (bp_collective c : {BP_ALL_REDUCE, BP_REDUCE, BP_BROADCAST, BP_ALL_GATHER, BP_REDUCE_SCATTER, BP_GATHER,
+                          BP_SCATTER, BP_ALL_TO_ALL}) {
+    for (Placement p : {Placement::out_of_place, Placement::in_place}) {
+      if (ref::is_reducing(c))
+        cases.push_back({c, BP_I32, BP_SUM, p});
+      else
+        cases.push_back({c, BP_BF16, BP_SUM, p});
+    }
+  }
+  cases.push_back({BP_ALL_REDUCE, BP_F32, BP_MAX, Placement::mixed});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Triple, StagedInChunks, ::testing::ValuesIn(chunked_cases()),
+                         [](const ::testing::TestParamInfo<Case> &info) { return case_name(info.param); });
+
 // ---- policy, refusals, plan, counters --------------------------------------
 
 std::vector<Device> find_devices(Host &host, const std::vector<std::string> &names) {
@@ -332,7 +373,9 @@ TEST(StagingOptions, UnknownValuesAreInvalidArguments) {
   EXPECT_EQ(read.error().code(), BP_INVALID_ARGUMENT);
 }
 
-// Four threads, each with a mixed group of its own, staging at once.
+// Four threads, each with a mixed group of its own, staging at once: small
+// calls, then calls of three chunks (each group's worker copying back while
+// its caller copies up).
 TEST(StagingConcurrency, MixedGroupsFromFourThreads) {
   REQUIRE_KINDS("opencl");
   Host &host = shared_host();
@@ -343,28 +386,63 @@ TEST(StagingConcurrency, MixedGroupsFromFourThreads) {
       const std::vector<Device> ranks = find_devices(host, {"cpu:" + std::to_string(t + 1), "opencl:0"});
       Result<Group> group = host.create_group(ranks);
       if (!group) return void(failures[t] = group.error().json());
-      constexpr size_t kInts = 1024;
-      std::vector<Buffer> send = filled_buffers(ranks, kInts * 4, static_cast<unsigned>(t)),
-                          recv = filled_buffers(ranks, kInts * 4, 99);
-      const auto inputs = contents(send);
-      for (int call = 0; call < 20; ++call) {
-        if (Status status = group->all_reduce(raw(send), raw(recv), kInts, BP_U32, BP_SUM); !status)
-          return void(failures[t] = status.error().json());
-      }
-      for (const auto &result : contents(recv)) {
-        for (size_t i = 0; i < kInts; ++i) {
-          uint32_t a, b, got;
-          std::memcpy(&a, inputs[0].data() + 4 * i, 4);
-          std::memcpy(&b, inputs[1].data() + 4 * i, 4);
-          std::memcpy(&got, result.data() + 4 * i, 4);
-          if (got != a + b) return void(failures[t] = "wrong sum at element " + std::to_string(i));
+      size_t calls_made = 0;
+      const std::pair<size_t, int> rounds[] = {{1024, 20}, {kAreaBytes * 5 / 2 / 4, 2}};  // u32s, calls
+      for (const auto &[ints, calls] : rounds) {
+        std::vector<Buffer> send = filled_buffers(ranks, ints * 4, static_cast<unsigned>(t)),
+                            recv = filled_buffers(ranks, ints * 4, 99);
+        const auto inputs = contents(send);
+        for (int call = 0; call < calls; ++call, ++calls_made) {
+          if (Status status = group->all_reduce(raw(send), raw(recv), ints, BP_U32, BP_SUM); !status)
+            return void(failures[t] = status.error().json());
+        }
+        for (const auto &result : contents(recv)) {
+          for (size_t i = 0; i < ints; ++i) {
+            uint32_t a, b, got;
+            std::memcpy(&a, inputs[0].data() + 4 * i, 4);
+            std::memcpy(&b, inputs[1].data() + 4 * i, 4);
+            std::memcpy(&got, result.data() + 4 * i, 4);
+            if (got != a + b)
+              return void(failures[t] = "wrong sum at element " + std::to_string(i) + " of " + std::to_string(ints));
+          }
         }
       }
-      if (counters_of(*group).staged_calls != 20) failures[t] = "staged_calls is not 20";
+      if (counters_of(*group).staged_calls != calls_made) failures[t] = "staged_calls is not " + std::to_string(calls_made);
     });
   }
   for (std::thread &thread : threads) thread.join();
   for (size_t t = 0; t < 4; ++t) EXPECT_EQ(failures[t], "") << "thread " << t;
+}
+
+// What a staged call copies, counted. The cpu rank's own buffers take part
+// in a call of one chunk, and its views in every chunk of an all_reduce or a
+// broadcast; a chunk of an all_gather is a range of each block, which is
+// copied, the cpu rank's too.
+TEST(StagingCounters, StagedBytesCountEveryCopy) {
+  REQUIRE_KINDS("opencl");
+  Host &host = shared_host();
+  const std::vector<Device> ranks = find_devices(host, {"cpu:6", "opencl:0"});
+  Result<Group> group = host.create_group(ranks);
+  ASSERT_TRUE(group) << group.error().json();
+  const size_t small = 1000, large = kAreaBytes / 4 * 2 + 1;  // u32s: one chunk; three
+  std::vector<Buffer> send = filled_buffers(ranks, large * 4, 5), recv = filled_buffers(ranks, large * 4, 6);
+  uint64_t expected = 0;
+  ASSERT_TRUE(group->all_reduce(raw(send), raw(recv), small, BP_U32, BP_SUM));
+  EXPECT_EQ(counters_of(*group).staged_bytes, expected += 2 * small * 4);  // the opencl rank's, up and down
+  ASSERT_TRUE(group->all_reduce(raw(send), raw(recv), large, BP_U32, BP_SUM));
+  EXPECT_EQ(counters_of(*group).staged_bytes, expected += 2 * large * 4);
+  // In place: the root (cpu:6) is the source, the other rank only copies back.
+  ASSERT_TRUE(group->broadcast(raw(send), raw(send), large, BP_U32, 0));
+  EXPECT_EQ(counters_of(*group).staged_bytes, expected += large * 4);
+  // Two chunks of two blocks each: both ranks copy one block up, two back.
+  const size_t gathered = kAreaBytes / 4;
+  ASSERT_TRUE(group->all_gather(raw(send), raw(recv), gathered, BP_U32));
+  EXPECT_EQ(counters_of(*group).staged_bytes, expected += 2 * 3 * gathered * 4);
+  const auto inputs = contents(send), results = contents(recv);
+  for (size_t rank = 0; rank < 2; ++rank)
+    for (size_t block = 0; block < 2; ++block)
+      EXPECT_EQ(std::memcmp(results[rank].data() + block * gathered * 4, inputs[block].data(), gathered * 4), 0)
+          << "rank " << rank << ", block " << block;
 }
 
 }  // namespace

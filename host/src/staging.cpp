@@ -2,11 +2,15 @@
 #include "staging.hpp"
 
 #include <algorithm>
+#include <exception>
+#include <functional>
+#include <system_error>
 #include <mutex>
 #include <new>
 #include <shared_mutex>
 
 #include "host.hpp"
+#include "log.hpp"
 #include "names.hpp"
 
 namespace backplane {
@@ -18,8 +22,6 @@ constexpr const char *kReducerKind = "cpu";
 // and grows in whole pages.
 constexpr std::align_val_t kStagingAlignment{64};
 constexpr size_t kStagingGranule = 4096;
-
-void free_region_memory(std::byte *memory) { ::operator delete[](memory, kStagingAlignment); }
 
 void destroy_wrapped(LoadedPlugin &plugin, bp_plugin_buffer *&buffer) {
   if (!buffer) return;
@@ -34,110 +36,103 @@ void destroy_wrapped(LoadedPlugin &plugin, bp_plugin_buffer *&buffer) {
   buffer = nullptr;
 }
 
-void release_regions(Staging &staging) {
+void release_areas(Staging &staging) {
   LoadedPlugin &plugin = *staging.reducer->plugin;
-  for (Staging::Region &region : staging.regions) {
-    destroy_wrapped(plugin, region.send);
-    destroy_wrapped(plugin, region.recv);
-    free_region_memory(region.memory);
-    region.memory = nullptr;
+  for (Staging::Area &area : staging.areas) {
+    destroy_wrapped(plugin, area.send);
+    destroy_wrapped(plugin, area.recv);
+    area.send_memory = area.recv_memory = nullptr;
   }
-  staging.region_bytes = 0;
+  ::operator delete[](staging.memory, kStagingAlignment);
+  staging.memory = nullptr;
+  staging.area_bytes = 0;
 }
 
-// Host memory of `bytes` for each rank that is not a cpu device, wrapped as
-// cpu buffers on its reducer device. Keeps what is there when it is big enough.
-Status ensure_regions(Staging &staging, size_t bytes) {
-  if (bytes <= staging.region_bytes) return {};
-  release_regions(staging);
+// Areas of at least `bytes` for every slot and rank, wrapped as cpu buffers
+// on the rank's reducer device. Keeps what is there when it is big enough.
+Status ensure_areas(Staging &staging, size_t bytes) {
+  if (bytes <= staging.area_bytes) return {};
+  release_areas(staging);
+  // bytes <= max(kMaxAreaBytes, a rank's one-element blocks): no overflow.
   const size_t rounded = (bytes + kStagingGranule - 1) / kStagingGranule * kStagingGranule;
-  if (rounded < bytes) return Error(BP_OUT_OF_MEMORY, "staging: " + std::to_string(bytes) + " bytes a rank is too large");
+  const size_t areas = staging.areas.size();
+  if (rounded > SIZE_MAX / 2 / areas) return Error(BP_OUT_OF_MEMORY, "staging: areas of " + std::to_string(bytes) + " bytes are too large");
+  try {
+    staging.memory = static_cast<std::byte *>(::operator new[](2 * rounded * areas, kStagingAlignment));
+  } catch (const std::bad_alloc &) {
+    return Error(BP_OUT_OF_MEMORY, "staging: cannot allocate " + std::to_string(2 * rounded * areas) +
+                                       " bytes of host memory");
+  }
   LoadedPlugin &plugin = *staging.reducer->plugin;
-  for (size_t rank = 0; rank < staging.regions.size(); ++rank) {
-    if (staging.direct[rank]) continue;
-    Staging::Region &region = staging.regions[rank];
-    try {
-      region.memory = static_cast<std::byte *>(::operator new[](2 * rounded, kStagingAlignment));
-    } catch (const std::bad_alloc &) {
-      release_regions(staging);
-      return Error(BP_OUT_OF_MEMORY, "staging: cannot allocate " + std::to_string(2 * rounded) +
-                                         " bytes of host memory for rank " + std::to_string(rank));
-    }
-    for (const std::pair<size_t, bp_plugin_buffer **> &part : {std::pair{size_t{0}, &region.send},
-                                                               std::pair{rounded, &region.recv}}) {
-      const size_t offset = part.first;
+  const size_t ranks = staging.direct.size();
+  for (size_t index = 0; index < areas; ++index) {
+    Staging::Area &area = staging.areas[index];
+    area.send_memory = staging.memory + 2 * rounded * index;
+    area.recv_memory = area.send_memory + rounded;
+    for (const std::pair<std::byte *, bp_plugin_buffer **> &part :
+         {std::pair{area.send_memory, &area.send}, std::pair{area.recv_memory, &area.recv}}) {
       bp_plugin_buffer **const handle = part.second;
       Status status = call_plugin(plugin, "buffer_wrap_host", [&](bp_error_sink *sink) {
         return plugin.functions.buffer_wrap_host(plugin.state, staging.reducer->index_in_plugin,
-                                                 staging.reducer_devices[rank], region.memory + offset, rounded,
-                                                 handle, sink);
+                                                 staging.reducer_devices[index % ranks], part.first, rounded, handle,
+                                                 sink);
       });
       if (status && !*handle) status = plugin_returned_null(plugin, "buffer_wrap_host");
       if (!status) {
-        release_regions(staging);
+        release_areas(staging);
         return status;
       }
     }
   }
-  staging.region_bytes = rounded;
+  staging.area_bytes = rounded;
   return {};
 }
 
-// Copies between a rank's own buffer and its staging memory, through the
-// rank's plugin; `bytes` is added to the staged count when it succeeds.
-Status copy_to_host(const bp_device &device, const bp_plugin_buffer *buffer, size_t offset, std::byte *memory,
-                    size_t bytes, uint64_t &staged) {
-  if (bytes == 0) return {};
-  LoadedPlugin &plugin = *device.kind->plugin;
-  Status status = call_plugin(plugin, "buffer_read", [&](bp_error_sink *sink) {
-    return plugin.functions.buffer_read(plugin.state, buffer, offset, memory + offset, bytes, sink);
-  });
-  if (status) staged += bytes;
-  return status;
-}
-
-Status copy_to_device(const bp_device &device, bp_plugin_buffer *buffer, size_t offset, const std::byte *memory,
-                      size_t bytes, uint64_t &staged) {
-  if (bytes == 0) return {};
-  LoadedPlugin &plugin = *device.kind->plugin;
-  Status status = call_plugin(plugin, "buffer_write", [&](bp_error_sink *sink) {
-    return plugin.functions.buffer_write(plugin.state, buffer, offset, memory + offset, bytes, sink);
-  });
-  if (status) staged += bytes;
-  return status;
-}
-
-// A part of a rank's in-place buffer: [offset, offset + bytes).
-struct Span {
-  size_t offset, bytes;
+// Blocks [first, first + count) of a rank's buffer.
+struct Blocks {
+  size_t first, count;
 };
 // What a collective reads of an in-place buffer (types.h): all_gather and
 // gather take the rank's own block r of recv; the others the whole of send.
-Span in_place_input(uint32_t collective, size_t rank, size_t block, size_t all_blocks) {
+Blocks in_place_input(uint32_t collective, size_t rank, size_t ranks) {
   switch (collective) {
     case BP_ALL_GATHER:
-    case BP_GATHER: return {rank * block, block};
+    case BP_GATHER: return {rank, 1};
     case BP_REDUCE_SCATTER:
     case BP_SCATTER:
-    case BP_ALL_TO_ALL: return {0, all_blocks};
-    default: return {0, block};
+    case BP_ALL_TO_ALL: return {0, ranks};
+    default: return {0, 1};
   }
 }
 // What it writes: reduce_scatter and scatter the rank's block r of send;
 // broadcast nothing at the root, whose buffer is the source.
-Span in_place_result(uint32_t collective, size_t rank, bool is_root, size_t block, size_t all_blocks) {
+Blocks in_place_result(uint32_t collective, size_t rank, bool is_root, size_t ranks) {
   switch (collective) {
     case BP_REDUCE_SCATTER:
-    case BP_SCATTER: return {rank * block, block};
+    case BP_SCATTER: return {rank, 1};
     case BP_ALL_GATHER:
     case BP_GATHER:
-    case BP_ALL_TO_ALL: return {0, all_blocks};
-    case BP_BROADCAST: return {0, is_root ? 0 : block};
-    default: return {0, block};
+    case BP_ALL_TO_ALL: return {0, ranks};
+    case BP_BROADCAST: return {0, is_root ? size_t{0} : size_t{1}};
+    default: return {0, 1};
   }
 }
 
-Status run_reducer(Staging &staging, const bp_collective_request &request, size_t ranks) {
+// Where a cpu buffer's bytes are (NULL for a rank's unused side).
+Status host_memory_of(Staging &staging, const bp_plugin_buffer *buffer, std::byte *&memory) {
+  memory = nullptr;
+  if (!buffer) return {};
+  LoadedPlugin &plugin = *staging.reducer->plugin;
+  void *address = nullptr;
+  Status status = call_plugin(plugin, "buffer_host_memory", [&](bp_error_sink *sink) {
+    return plugin.functions.buffer_host_memory(plugin.state, buffer, &address, sink);
+  });
+  if (status && !address) status = plugin_returned_null(plugin, "buffer_host_memory");
+  memory = static_cast<std::byte *>(address);
+  return status;
+}
+
+Status run_reducer(Staging &staging, const bp_collective_request &request, size_t ranks, size_t count) {
   LoadedPlugin &plugin = *staging.reducer->plugin;
   bp_collective_args args{};
   args.struct_size = sizeof args;
@@ -145,7 +140,7 @@ Status run_reducer(Staging &staging, const bp_collective_request &request, size_
   args.dtype = request.dtype;
   args.reduce_op = request.reduce_op;
   args.root = request.root;
-  args.count = request.count;
+  args.count = count;
   args.rank_count = ranks;
   if (request.collective != BP_BARRIER) {
     args.send = staging.send_handles.data();
@@ -173,9 +168,226 @@ Status run_reducer(Staging &staging, const bp_collective_request &request, size_
 
 }  // namespace
 
+// One staged call cut into chunks of `chunk_count` elements of every block.
+struct StagedCall {
+  bp_group &group;
+  Staging &staging;
+  const bp_collective_request &request;
+  size_t ranks, element, chunk_count, chunks;
+  bool in_ranges;  // every buffer is one block: a chunk is one range of it
+
+
+  size_t first_of(size_t chunk) const { return chunk * chunk_count; }
+  size_t count_of(size_t chunk) const { return std::min(chunk_count, request.count - first_of(chunk)); }
+  // A call of one chunk lets a cpu rank's own buffers take part.
+  bool own_buffers(size_t rank) const { return chunks == 1 && staging.direct[rank]; }
+  // In several chunks, a cpu rank's chunk is a view of its own buffer.
+  bool viewed(size_t rank) const {
+    return chunks > 1 && in_ranges && staging.direct[rank] && staging.reducer->plugin->functions.buffer_host_memory;
+  }
+  bool in_own_memory(size_t rank) const { return own_buffers(rank) || viewed(rank); }
+  bool in_place(size_t rank) const { return request.send[rank] == request.recv[rank]; }
+  const Staging::Area &area(size_t chunk, size_t rank) const {
+    return staging.areas[chunk % kSlots * ranks + rank];
+  }
+  bp_rank_buffers use(size_t rank) const { return bp_rank_buffers_of(request.collective, ranks, rank == request.root); }
+
+  // Moves `blocks` of chunk `chunk` between a rank's buffer and `memory`,
+  // whose blocks are the chunk's only (rank's plugin, `up`: to the host);
+  // adds what it moved to `staged`.
+  Status copy(size_t chunk, size_t rank, bool up, bp_plugin_buffer *buffer, Blocks blocks, std::byte *memory,
+              uint64_t &staged) const {
+    const size_t count = count_of(chunk), bytes = count * element, block_stride = request.count * element;
+    const size_t first = first_of(chunk) * element;
+    LoadedPlugin &plugin = *group.ranks[rank]->kind->plugin;
+    for (size_t block = blocks.first; block < blocks.first + blocks.count; ++block) {
+      const size_t offset = block * block_stride + first;
+      std::byte *host = memory + block * bytes;
+      Status status = up ? call_plugin(plugin, "buffer_read", [&](bp_error_sink *sink) {
+        return plugin.functions.buffer_read(plugin.state, buffer, offset, host, bytes, sink);
+      })
+                         : call_plugin(plugin, "buffer_write", [&](bp_error_sink *sink) {
+                             return plugin.functions.buffer_write(plugin.state, buffer, offset, host, bytes, sink);
+                           });
+      if (!status) return status.take_error().with("rank", rank);
+      staged += bytes;
+    }
+    return {};
+  }
+
+  // Wraps `count` elements of `memory` from `first` on as a cpu buffer on
+  // the rank's own device.
+  Status wrap_view(size_t rank, std::byte *memory, size_t first, size_t count, bp_plugin_buffer *&view) const {
+    LoadedPlugin &plugin = *staging.reducer->plugin;
+    Status status = call_plugin(plugin, "buffer_wrap_host", [&](bp_error_sink *sink) {
+      return plugin.functions.buffer_wrap_host(plugin.state, staging.reducer->index_in_plugin,
+                                               staging.reducer_devices[rank], memory + first * element,
+                                               count * element, &view, sink);
+    });
+    if (status && !view) status = plugin_returned_null(plugin, "buffer_wrap_host");
+    return status;
+  }
+  void release_views() const {
+    for (Staging::Area &view : staging.views) {
+      destroy_wrapped(*staging.reducer->plugin, view.send);
+      destroy_wrapped(*staging.reducer->plugin, view.recv);
+    }
+  }
+
+  // Chunk `chunk` of every rank's input into its area, and the reducer's
+  // handles set (views of a viewed rank's buffers: release_views after).
+  Status copy_up(size_t chunk, uint64_t &staged) const {
+    for (size_t rank = 0; rank < ranks; ++rank) {
+      if (own_buffers(rank)) {
+        staging.send_handles[rank] = group.send_handles[rank];
+        staging.recv_handles[rank] = group.recv_handles[rank];
+        continue;
+      }
+      const bp_rank_buffers use = this->use(rank);
+      if (viewed(rank)) {
+        Staging::Area &view = staging.views[rank];
+        const bool in_place = use.uses_send && use.uses_recv && this->in_place(rank);
+        if (use.uses_send) {
+          if (Status status = wrap_view(rank, staging.direct_send[rank], first_of(chunk), count_of(chunk), view.send);
+              !status)
+            return status.take_error().with("rank", rank);
+        }
+        if (use.uses_recv && !in_place) {
+          if (Status status = wrap_view(rank, staging.direct_recv[rank], first_of(chunk), count_of(chunk), view.recv);
+              !status)
+            return status.take_error().with("rank", rank);
+        }
+        staging.send_handles[rank] = use.uses_send ? view.send : nullptr;
+        staging.recv_handles[rank] = use.uses_recv ? (in_place ? view.send : view.recv) : nullptr;
+        continue;
+      }
+      const Staging::Area &area = this->area(chunk, rank);
+      const bool in_place = use.uses_send && use.uses_recv && this->in_place(rank);
+      staging.send_handles[rank] = use.uses_send ? area.send : nullptr;
+      staging.recv_handles[rank] = use.uses_recv ? (in_place ? area.send : area.recv) : nullptr;
+      if (!use.uses_send) continue;
+      const Blocks input = in_place ? in_place_input(request.collective, rank, ranks) : Blocks{0, use.send_blocks};
+      if (Status status = copy(chunk, rank, true, group.send_handles[rank], input, area.send_memory, staged); !status)
+        return status;
+    }
+    return {};
+  }
+
+  // Chunk `chunk` of every rank's result back, only the blocks the collective writes.
+  Status copy_back(size_t chunk, uint64_t &staged) const {
+    for (size_t rank = 0; rank < ranks; ++rank) {
+      if (in_own_memory(rank)) continue;
+      const bp_rank_buffers use = this->use(rank);
+      if (!use.uses_recv) continue;
+      const Staging::Area &area = this->area(chunk, rank);
+      const bool in_place = use.uses_send && this->in_place(rank);
+      const Blocks result = in_place ? in_place_result(request.collective, rank, rank == request.root, ranks)
+                                     : Blocks{0, use.recv_blocks};
+      if (Status status = copy(chunk, rank, false, group.recv_handles[rank], result,
+                               in_place ? area.send_memory : area.recv_memory, staged);
+          !status)
+        return status;
+    }
+    return {};
+  }
+};
+
+namespace {
+
+// The worker: copies chunks back as the caller has them computed, in
+// order; after a failure it only counts the rest as done.
+void copy_back_worker(Staging::Pipeline &pipeline) {
+  std::unique_lock lock(pipeline.mutex);
+  for (;;) {
+    pipeline.wake_worker.wait(lock, [&] { return pipeline.stopping || pipeline.copied_back < pipeline.computed; });
+    if (pipeline.copied_back == pipeline.computed) return;  // stopping, and nothing left
+    const size_t chunk = pipeline.copied_back;
+    const StagedCall &call = *pipeline.call;
+    const bool failed = !pipeline.failure.ok();
+    lock.unlock();
+    uint64_t staged = 0;
+    Status status;
+    if (!failed) {
+      try {
+        status = call.copy_back(chunk, staged);
+      } catch (const std::exception &e) {
+        status = Error(BP_OUT_OF_MEMORY, std::string("staging: copying a chunk back failed: ") + e.what());
+      }
+    }
+    lock.lock();
+    pipeline.staged_bytes += staged;
+    if (!status && pipeline.failure.ok()) pipeline.failure = std::move(status);
+    pipeline.copied_back = chunk + 1;
+    pipeline.wake_caller.notify_one();
+  }
+}
+
+// Starts the worker once per group; false when no thread can be had (the
+// call then runs its chunks one after the other on the calling thread).
+bool ensure_worker(Staging &staging) {
+  if (staging.pipeline.worker.joinable()) return true;
+  try {
+    staging.pipeline.worker = std::thread(copy_back_worker, std::ref(staging.pipeline));
+    return true;
+  } catch (const std::system_error &e) {
+    log(BP_LOG_WARN, "dispatch",
+        std::string("staging: no thread to copy results back while the next chunk is copied up (") + e.what() +
+            "); this call's chunks run one after the other");
+    return false;
+  }
+}
+
+// Every chunk: copied up and computed on the calling thread, copied back
+// by the worker, which trails by at most kSlots - 1 chunks.
+Status run_pipelined(const StagedCall &call, uint64_t &staged) {
+  Staging::Pipeline &pipeline = call.staging.pipeline;
+  {
+    std::lock_guard lock(pipeline.mutex);
+    pipeline.computed = pipeline.copied_back = 0;
+    pipeline.failure = Status();
+    pipeline.staged_bytes = 0;
+    pipeline.call = &call;
+  }
+  Status status;
+  for (size_t chunk = 0; chunk < call.chunks; ++chunk) {
+    {
+      std::unique_lock lock(pipeline.mutex);
+      // Chunk `chunk`'s slot is free once chunk - kSlots was copied back.
+      pipeline.wake_caller.wait(lock, [&] { return pipeline.copied_back + kSlots > chunk || !pipeline.failure.ok(); });
+      if (!pipeline.failure.ok()) break;
+    }
+    status = call.copy_up(chunk, staged);
+    if (status) status = run_reducer(call.staging, call.request, call.ranks, call.count_of(chunk));
+    call.release_views();
+    if (!status) break;
+    {
+      std::lock_guard lock(pipeline.mutex);
+      pipeline.computed = chunk + 1;
+    }
+    pipeline.wake_worker.notify_one();
+  }
+  std::unique_lock lock(pipeline.mutex);
+  pipeline.wake_caller.wait(lock, [&] { return pipeline.copied_back == pipeline.computed; });
+  staged += pipeline.staged_bytes;
+  pipeline.call = nullptr;
+  if (status && !pipeline.failure.ok()) status = std::move(pipeline.failure);
+  pipeline.failure = Status();
+  return status;
+}
+
+}  // namespace
+
 Staging::~Staging() {
+  if (pipeline.worker.joinable()) {
+    {
+      std::lock_guard lock(pipeline.mutex);
+      pipeline.stopping = true;
+    }
+    pipeline.wake_worker.notify_one();
+    pipeline.worker.join();
+  }
   if (!reducer) return;
-  release_regions(*this);
+  release_areas(*this);
   LoadedPlugin &plugin = *reducer->plugin;
   if (comm && !plugin.failed.load()) {
     try {
@@ -253,8 +465,11 @@ void prepare_staging(bp_group &group, HostLock host_lock) {
   staging->capabilities = reducer->capabilities;
   for (size_t rank = 0; rank < ranks; ++rank)
     if (staging->direct[rank]) staging->capabilities.intersect(group.ranks[rank]->capabilities());
-  staging->regions.resize(ranks);
+  staging->areas.resize(kSlots * ranks);
   staging->send_handles.resize(ranks);
+  staging->direct_send.resize(ranks);
+  staging->direct_recv.resize(ranks);
+  staging->views.resize(ranks);
   staging->recv_handles.resize(ranks);
   group.staging.reset(staging.release());
 }
@@ -263,60 +478,40 @@ Status run_staged(bp_group &group, const bp_collective_request &request) {
   Staging &staging = *group.staging;
   const size_t ranks = group.ranks.size();
   const uint32_t collective = request.collective;
-  if (collective == BP_BARRIER) return run_reducer(staging, request, ranks);
-  // Dispatch checked these products for overflow.
-  const size_t block = request.count * dtype_size(request.dtype), all_blocks = block * ranks;
-  if (block == 0) return {};  // nothing to move: no buffer of the reducer's is needed either
-  size_t region = 0;
+  if (collective == BP_BARRIER) return run_reducer(staging, request, ranks, 0);
+  if (request.count == 0) return {};  // nothing to move: no buffer of the reducer's is needed either
+  // A chunk's area holds its elements of every block of the rank's largest
+  // buffer; dispatch checked count x element x blocks for overflow.
+  const size_t element = dtype_size(request.dtype);
+  size_t blocks = 1;
   for (size_t rank = 0; rank < ranks; ++rank) {
-    if (staging.direct[rank]) continue;
     const bp_rank_buffers use = bp_rank_buffers_of(collective, ranks, rank == request.root);
-    if (use.uses_send) region = std::max(region, use.send_blocks == 1 ? block : all_blocks);
-    if (use.uses_recv) region = std::max(region, use.recv_blocks == 1 ? block : all_blocks);
+    if (use.uses_send) blocks = std::max<size_t>(blocks, use.send_blocks);
+    if (use.uses_recv) blocks = std::max<size_t>(blocks, use.recv_blocks);
   }
-  if (Status status = ensure_regions(staging, region); !status) return status;
+  const size_t chunk_count = std::min(request.count, std::max<size_t>(1, kMaxAreaBytes / (blocks * element)));
+  const StagedCall call{group, staging, request, ranks, element, chunk_count,
+                        (request.count + chunk_count - 1) / chunk_count, blocks == 1};
+  if (Status status = ensure_areas(staging, chunk_count * blocks * element); !status) return status;
+  for (size_t rank = 0; rank < ranks; ++rank) {
+    if (!call.viewed(rank)) continue;
+    if (Status status = host_memory_of(staging, group.send_handles[rank], staging.direct_send[rank]); !status)
+      return status.take_error().with("rank", rank);
+    if (Status status = host_memory_of(staging, group.recv_handles[rank], staging.direct_recv[rank]); !status)
+      return status.take_error().with("rank", rank);
+  }
 
   uint64_t staged = 0;
-  // Out to the host: each rank's send data, or its whole in-place buffer.
-  for (size_t rank = 0; rank < ranks; ++rank) {
-    bp_plugin_buffer *send = group.send_handles[rank], *recv = group.recv_handles[rank];
-    if (staging.direct[rank]) {
-      staging.send_handles[rank] = send;
-      staging.recv_handles[rank] = recv;
-      continue;
+  Status status;
+  if (call.chunks > 1 && ensure_worker(staging)) {
+    status = run_pipelined(call, staged);
+  } else {
+    for (size_t chunk = 0; status && chunk < call.chunks; ++chunk) {
+      status = call.copy_up(chunk, staged);
+      if (status) status = run_reducer(staging, request, ranks, call.count_of(chunk));
+      call.release_views();
+      if (status) status = call.copy_back(chunk, staged);
     }
-    const bp_rank_buffers use = bp_rank_buffers_of(collective, ranks, rank == request.root);
-    const size_t send_bytes = use.send_blocks == 1 ? block : all_blocks;
-    const Staging::Region &memory = staging.regions[rank];
-    const bp_device &device = *group.ranks[rank];
-    const bool in_place = use.uses_send && use.uses_recv && request.send[rank] == request.recv[rank];
-    staging.send_handles[rank] = use.uses_send ? memory.send : nullptr;
-    staging.recv_handles[rank] = use.uses_recv ? (in_place ? memory.send : memory.recv) : nullptr;
-    Status status;
-    if (in_place) {
-      const Span input = in_place_input(collective, rank, block, all_blocks);
-      status = copy_to_host(device, send, input.offset, memory.memory, input.bytes, staged);
-    } else if (use.uses_send) {
-      status = copy_to_host(device, send, 0, memory.memory, send_bytes, staged);
-    }
-    if (!status) {
-      group.counters.add(group.counters.staged_bytes, staged);
-      return status.take_error().with("rank", rank);
-    }
-  }
-  Status status = run_reducer(staging, request, ranks);
-  // Back down: each rank's result, and only the part the collective writes.
-  for (size_t rank = 0; status && rank < ranks; ++rank) {
-    if (staging.direct[rank]) continue;
-    const bp_rank_buffers use = bp_rank_buffers_of(collective, ranks, rank == request.root);
-    if (!use.uses_recv) continue;
-    const Staging::Region &memory = staging.regions[rank];
-    const bool in_place = use.uses_send && request.send[rank] == request.recv[rank];
-    const Span result = in_place ? in_place_result(collective, rank, rank == request.root, block, all_blocks)
-                                 : Span{0, use.recv_blocks == 1 ? block : all_blocks};
-    const std::byte *from = in_place ? memory.memory : memory.memory + staging.region_bytes;
-    status = copy_to_device(*group.ranks[rank], group.recv_handles[rank], result.offset, from, result.bytes, staged);
-    if (!status) status = status.take_error().with("rank", rank);
   }
   group.counters.add(group.counters.staged_bytes, staged);
   return status;

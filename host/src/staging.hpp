@@ -4,14 +4,29 @@
 // copies its data to host memory, the cpu plugin computes the collective
 // there with its own kernels (the staging memory is wrapped as cpu buffers:
 // no reduction code of the host's own), and each rank's plugin copies the
-// result back. A rank that is itself a cpu device takes part with its own
-// buffers, without a copy.
+// result back.
+//
+// A large call is cut into chunks along the count (every block of a rank's
+// buffer contributes the same element range to a chunk) and pipelined: a
+// worker thread of the group's copies chunk k back down while the calling
+// thread copies chunk k+1 up and has it computed. Staging memory is two
+// slots of chunk areas per rank, at most kMaxAreaBytes each: allocated at
+// the first call that moves bytes, grown only up to that bound, and kept
+// for the group's later calls. A call of one chunk runs on the calling
+// thread alone, and a rank that is itself a cpu device then takes part with
+// its own buffers, without a copy; so it does in every chunk of an
+// all_reduce, reduce or broadcast (the chunk is a range of its buffer,
+// which the host wraps in place: plugin ABI 1.4 buffer_host_memory), and is
+// copied like the others where a chunk is one range of each block.
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backplane/backplane.h"
@@ -24,31 +39,56 @@ namespace backplane {
 
 struct DeviceKind;
 enum class HostLock;
+struct StagedCall;  // staging.cpp: one call's chunks
+
+// The bytes of one chunk area: what a rank's buffer contributes to one chunk.
+inline constexpr size_t kMaxAreaBytes = size_t{2} << 20;
+// Chunk k uses slot k % kSlots: chunk k+1 is copied up while k is copied back.
+inline constexpr size_t kSlots = 2;
 
 // The reducer's side of a group: a cpu comm over one cpu device per rank,
-// and host memory for the ranks that are not cpu devices, allocated when a
-// call first needs it and kept for the group's later calls.
+// the staging memory, and the worker that copies results back.
 struct Staging {
   DeviceKind *reducer = nullptr;  // the cpu kind
   bp_plugin_comm *comm = nullptr;
   std::vector<uint32_t> reducer_devices;  // rank r's cpu device in `comm`
-  std::vector<bool> direct;               // rank r is a cpu device: its own buffers take part
+  std::vector<bool> direct;               // rank r is a cpu device: its own buffers take part in one-chunk calls
   CapabilitySet capabilities;             // what staging runs: the reducer's, less what a direct rank lacks
-  // Per rank that is not direct: two regions of `region_bytes` of host
-  // memory (send, recv) and the cpu buffers that wrap them.
-  struct Region {
-    std::byte *memory = nullptr;
+
+  // Per slot and rank (index slot * ranks + rank): a send and a recv area
+  // of `area_bytes`, and the cpu buffers that wrap them.
+  struct Area {
+    std::byte *send_memory = nullptr, *recv_memory = nullptr;
     bp_plugin_buffer *send = nullptr, *recv = nullptr;
   };
-  std::vector<Region> regions;
-  size_t region_bytes = 0;
+  std::byte *memory = nullptr;  // every area, in one allocation
+  std::vector<Area> areas;
+  size_t area_bytes = 0;
   // The reducer call's handles, sized once.
   std::vector<bp_plugin_buffer *> send_handles, recv_handles;
+  // A direct rank's buffers in host memory in this call, and the views of
+  // the chunk being computed (per rank; memory unused).
+  std::vector<std::byte *> direct_send, direct_recv;
+  std::vector<Area> views;
+
+  // The copy-back worker (started by the first call of several chunks).
+  // Under `mutex`: chunks [copied_back, computed) wait for it; it stops
+  // when `stopping`; `failure` is the first copy back that failed.
+  struct Pipeline {
+    std::mutex mutex;
+    std::condition_variable wake_worker, wake_caller;
+    size_t computed = 0, copied_back = 0;
+    bool stopping = false;
+    Status failure;
+    uint64_t staged_bytes = 0;         // what the worker copied in this call
+    const StagedCall *call = nullptr;  // the call whose chunks it copies back
+    std::thread worker;
+  } pipeline;
 
   Staging() = default;
   Staging(const Staging &) = delete;
   Staging &operator=(const Staging &) = delete;
-  ~Staging();  // the wrapped buffers, the memory, the comm
+  ~Staging();  // the worker, the wrapped buffers, the memory, the comm
 };
 
 // Sets `group.staging` up when the group is mixed (and its policy is
@@ -59,7 +99,8 @@ void prepare_staging(bp_group &group, HostLock host_lock);
 
 // Runs `request` on a staged group. Dispatch checked the arguments (the
 // group's send_handles/recv_handles hold the ranks' plugin buffers) and
-// that staging runs it; the caller holds the group's start claim.
+// that staging runs it; the caller holds the group's start claim. Returns
+// only when nothing of the call touches the ranks' buffers any more.
 Status run_staged(bp_group &group, const bp_collective_request &request);
 
 }  // namespace backplane

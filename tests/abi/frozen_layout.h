@@ -1,4 +1,4 @@
-/* The layouts of the structs of every released minor (1.0, 1.1, 1.2, 1.3),
+/* The layouts of the structs of every released minor (1.0, 1.1, 1.2, 1.3, 1.4),
  * frozen as literal numbers for x86-64 (LP64): a change to a released
  * struct must break this list. One X-macro, expanded by frozen_layout.c
  * (checked by the C compiler) and by abi_test.cpp (checked by the C++
@@ -73,7 +73,7 @@
   SIZE_V1_0(BP_COLLECTIVE_ARGS_SIZE_V1_2, 68)             \
   FIELD(bp_collective_args, flags, 64)                    \
   SIZE_V1_0(BP_PLUGIN_FUNCTIONS_SIZE_V1_0, 136)           \
-  SIZEOF(bp_plugin_functions, 152)                        \
+  SIZEOF(bp_plugin_functions, 160)                        \
   FIELD(bp_plugin_functions, struct_size, 0)              \
   FIELD(bp_plugin_functions, next, 8)                     \
   FIELD(bp_plugin_functions, destroy, 16)                 \
@@ -94,6 +94,8 @@
   SIZE_V1_0(BP_PLUGIN_FUNCTIONS_SIZE_V1_1, 152)           \
   FIELD(bp_plugin_functions, kind_info, 136)              \
   FIELD(bp_plugin_functions, comm_info, 144)              \
+  SIZE_V1_0(BP_PLUGIN_FUNCTIONS_SIZE_V1_4, 160)           \
+  FIELD(bp_plugin_functions, buffer_host_memory, 152)     \
   SIZE_V1_0(BP_PLUGIN_DESCRIPTOR_SIZE_V1_0, 80)           \
   SIZEOF(bp_plugin_descriptor, 80)                        \
   FIELD(bp_plugin_descriptor, struct_size, 0)             \

@@ -68,7 +68,7 @@ extern "C" {
 #endif
 
 #define BP_PLUGIN_ABI_MAJOR 1
-#define BP_PLUGIN_ABI_MINOR 3
+#define BP_PLUGIN_ABI_MINOR 4
 
 #if defined(__GNUC__)
 #define BP_PLUGIN_EXPORT __attribute__((visibility("default")))
@@ -357,9 +357,19 @@ typedef struct bp_plugin_functions {
   /* How a comm moves data between its ranks. */
   int32_t (*comm_info)(bp_plugin_state *state, bp_plugin_comm *comm, bp_plugin_comm_info *info,
                        bp_error_sink *sink);
+
+  /* Since 1.4; may be NULL (a kind whose buffers are not host memory).
+   * *memory = the address of the buffer's first byte, for a buffer whose
+   * bytes are host memory the host may read and write in place (a cpu
+   * buffer, allocated or wrapped); valid while the buffer lives. The host
+   * wraps parts of it (buffer_wrap_host) to stage a large call in chunks
+   * without copying this rank's data. */
+  int32_t (*buffer_host_memory)(bp_plugin_state *state, const bp_plugin_buffer *buffer, void **memory,
+                                bp_error_sink *sink);
 } bp_plugin_functions;
 #define BP_PLUGIN_FUNCTIONS_SIZE_V1_0 BP_STRUCT_SIZE(bp_plugin_functions, request_release)
 #define BP_PLUGIN_FUNCTIONS_SIZE_V1_1 BP_STRUCT_SIZE(bp_plugin_functions, comm_info)
+#define BP_PLUGIN_FUNCTIONS_SIZE_V1_4 BP_STRUCT_SIZE(bp_plugin_functions, buffer_host_memory)
 
 /* ---- layers (since 1.3) -------------------------------------------------
  * A layer wraps one device and sees every call on it: the host calls its

@@ -66,4 +66,11 @@ std::int32_t Backend::buffer_read(bp_plugin_state &, const bp_plugin_buffer &buf
   return BP_OK;
 }
 
+// Every cpu buffer is host memory: staging wraps parts of it in place.
+std::int32_t Backend::buffer_host_memory(bp_plugin_state &, const bp_plugin_buffer &buffer, void *&memory,
+                                         bp_error_sink *) {
+  memory = buffer.data;
+  return BP_OK;
+}
+
 }  // namespace backplane::cpu

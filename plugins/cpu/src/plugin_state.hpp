@@ -190,6 +190,8 @@ struct Backend {
                                    const void *source, std::size_t bytes, bp_error_sink *sink);
   static std::int32_t buffer_read(bp_plugin_state &state, const bp_plugin_buffer &buffer, std::size_t offset,
                                   void *destination, std::size_t bytes, bp_error_sink *sink);
+  static std::int32_t buffer_host_memory(bp_plugin_state &state, const bp_plugin_buffer &buffer, void *&memory,
+                                         bp_error_sink *sink);
 
   // collectives.cpp
   static std::int32_t comm_create(bp_plugin_state &state, std::span<const std::uint32_t> devices,

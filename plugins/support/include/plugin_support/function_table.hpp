@@ -34,6 +34,7 @@
 //   buffer_wrap_host(State &, Buffer &, void *memory, sink)   memory not NULL unless bytes is 0
 //   kind_info(State &, bp_plugin_kind_info &, sink)
 //   comm_info(State &, bp_plugin_comm &, bp_plugin_comm_info &, sink)
+//   buffer_host_memory(State &, const Buffer &, void *&memory, sink)   the buffer's bytes are host memory
 //   void finish_work(State &)                         destroy's first step, before the state goes
 #pragma once
 
@@ -81,6 +82,7 @@ class FunctionTable {
     functions.request_release = request_release;
     if constexpr (requires { &Backend::kind_info; }) functions.kind_info = kind_info;
     if constexpr (requires { &Backend::comm_info; }) functions.comm_info = comm_info;
+    if constexpr (requires { &Backend::buffer_host_memory; }) functions.buffer_host_memory = buffer_host_memory;
     return functions;
   }
 
@@ -230,6 +232,16 @@ class FunctionTable {
       }
       if (bytes == 0) return BP_OK;
       return Backend::buffer_read(s, *buffer, offset, destination, bytes, sink);
+    });
+  }
+
+  static std::int32_t buffer_host_memory(State *state, const Buffer *buffer, void **memory,
+                                         bp_error_sink *sink) noexcept {
+    return run(state, sink, "buffer_host_memory", [&](State &s, const TableCall &call) -> std::int32_t {
+      if (buffer == nullptr) return call.null_argument("buffer");
+      if (memory == nullptr) return call.null_argument("memory");
+      *memory = nullptr;
+      return Backend::buffer_host_memory(s, *buffer, *memory, sink);
     });
   }
 
