@@ -133,9 +133,9 @@ INSTANTIATE_TEST_SUITE_P(Mixes, StagedCollectives, ::testing::ValuesIn(staged_ca
 
 // ---- large calls, in chunks --------------------------------------------------
 
-// staging.hpp: a chunk area holds 2 MiB of a rank's buffer, so these counts
+// staging.hpp: a chunk area holds 4 MiB of a rank's buffer, so these counts
 // make two whole chunks and a part one, for every collective.
-constexpr size_t kAreaBytes = size_t{2} << 20;
+constexpr size_t kAreaBytes = size_t{4} << 20;
 size_t chunked_count(const Case &call, size_t ranks) {
   const size_t blocks = ref::blocks_per_buffer(call.collective, ranks);
   return 2 * (kAreaBytes / (blocks * bp_dtype_size(call.dtype))) + 3;

@@ -36,55 +36,41 @@ void destroy_wrapped(LoadedPlugin &plugin, bp_plugin_buffer *&buffer) {
   buffer = nullptr;
 }
 
-void release_areas(Staging &staging) {
-  LoadedPlugin &plugin = *staging.reducer->plugin;
-  for (Staging::Area &area : staging.areas) {
-    destroy_wrapped(plugin, area.send);
-    destroy_wrapped(plugin, area.recv);
-    area.send_memory = area.recv_memory = nullptr;
-  }
-  ::operator delete[](staging.memory, kStagingAlignment);
-  staging.memory = nullptr;
-  staging.area_bytes = 0;
+void release_area(LoadedPlugin &plugin, Staging::Area &area) {
+  destroy_wrapped(plugin, area.send);
+  destroy_wrapped(plugin, area.recv);
+  ::operator delete[](area.send_memory, kStagingAlignment);
+  area = Staging::Area{};
 }
 
-// Areas of at least `bytes` for every slot and rank, wrapped as cpu buffers
-// on the rank's reducer device. Keeps what is there when it is big enough.
-Status ensure_areas(Staging &staging, size_t bytes) {
-  if (bytes <= staging.area_bytes) return {};
-  release_areas(staging);
+// An area of at least `bytes` each side, wrapped as cpu buffers on
+// `device` of the reducer. Keeps what is there when it is big enough.
+Status ensure_area(Staging &staging, Staging::Area &area, uint32_t device, size_t bytes) {
+  if (bytes <= area.bytes) return {};
+  LoadedPlugin &plugin = *staging.reducer->plugin;
+  release_area(plugin, area);
   // bytes <= max(kMaxAreaBytes, a rank's one-element blocks): no overflow.
   const size_t rounded = (bytes + kStagingGranule - 1) / kStagingGranule * kStagingGranule;
-  const size_t areas = staging.areas.size();
-  if (rounded > SIZE_MAX / 2 / areas) return Error(BP_OUT_OF_MEMORY, "staging: areas of " + std::to_string(bytes) + " bytes are too large");
   try {
-    staging.memory = static_cast<std::byte *>(::operator new[](2 * rounded * areas, kStagingAlignment));
+    area.send_memory = static_cast<std::byte *>(::operator new[](2 * rounded, kStagingAlignment));
   } catch (const std::bad_alloc &) {
-    return Error(BP_OUT_OF_MEMORY, "staging: cannot allocate " + std::to_string(2 * rounded * areas) +
-                                       " bytes of host memory");
+    return Error(BP_OUT_OF_MEMORY, "staging: cannot allocate " + std::to_string(2 * rounded) + " bytes of host memory");
   }
-  LoadedPlugin &plugin = *staging.reducer->plugin;
-  const size_t ranks = staging.direct.size();
-  for (size_t index = 0; index < areas; ++index) {
-    Staging::Area &area = staging.areas[index];
-    area.send_memory = staging.memory + 2 * rounded * index;
-    area.recv_memory = area.send_memory + rounded;
-    for (const std::pair<std::byte *, bp_plugin_buffer **> &part :
-         {std::pair{area.send_memory, &area.send}, std::pair{area.recv_memory, &area.recv}}) {
-      bp_plugin_buffer **const handle = part.second;
-      Status status = call_plugin(plugin, "buffer_wrap_host", [&](bp_error_sink *sink) {
-        return plugin.functions.buffer_wrap_host(plugin.state, staging.reducer->index_in_plugin,
-                                                 staging.reducer_devices[index % ranks], part.first, rounded, handle,
-                                                 sink);
-      });
-      if (status && !*handle) status = plugin_returned_null(plugin, "buffer_wrap_host");
-      if (!status) {
-        release_areas(staging);
-        return status;
-      }
+  area.recv_memory = area.send_memory + rounded;
+  for (const std::pair<std::byte *, bp_plugin_buffer **> &part :
+       {std::pair{area.send_memory, &area.send}, std::pair{area.recv_memory, &area.recv}}) {
+    bp_plugin_buffer **const handle = part.second;
+    Status status = call_plugin(plugin, "buffer_wrap_host", [&](bp_error_sink *sink) {
+      return plugin.functions.buffer_wrap_host(plugin.state, staging.reducer->index_in_plugin, device, part.first,
+                                               rounded, handle, sink);
+    });
+    if (status && !*handle) status = plugin_returned_null(plugin, "buffer_wrap_host");
+    if (!status) {
+      release_area(plugin, area);
+      return status;
     }
   }
-  staging.area_bytes = rounded;
+  area.bytes = rounded;
   return {};
 }
 
@@ -387,7 +373,7 @@ Staging::~Staging() {
     pipeline.worker.join();
   }
   if (!reducer) return;
-  release_areas(*this);
+  for (Area &area : areas) release_area(*reducer->plugin, area);
   LoadedPlugin &plugin = *reducer->plugin;
   if (comm && !plugin.failed.load()) {
     try {
@@ -492,7 +478,15 @@ Status run_staged(bp_group &group, const bp_collective_request &request) {
   const size_t chunk_count = std::min(request.count, std::max<size_t>(1, kMaxAreaBytes / (blocks * element)));
   const StagedCall call{group, staging, request, ranks, element, chunk_count,
                         (request.count + chunk_count - 1) / chunk_count, blocks == 1};
-  if (Status status = ensure_areas(staging, chunk_count * blocks * element); !status) return status;
+  for (size_t rank = 0; rank < ranks; ++rank) {
+    if (call.in_own_memory(rank)) continue;
+    for (size_t slot = 0; slot < std::min(kSlots, call.chunks); ++slot) {
+      if (Status status = ensure_area(staging, staging.areas[slot * ranks + rank], staging.reducer_devices[rank],
+                                      chunk_count * blocks * element);
+          !status)
+        return status.take_error().with("rank", rank);
+    }
+  }
   for (size_t rank = 0; rank < ranks; ++rank) {
     if (!call.viewed(rank)) continue;
     if (Status status = host_memory_of(staging, group.send_handles[rank], staging.direct_send[rank]); !status)

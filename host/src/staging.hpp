@@ -10,9 +10,9 @@
 // buffer contributes the same element range to a chunk) and pipelined: a
 // worker thread of the group's copies chunk k back down while the calling
 // thread copies chunk k+1 up and has it computed. Staging memory is two
-// slots of chunk areas per rank, at most kMaxAreaBytes each: allocated at
-// the first call that moves bytes, grown only up to that bound, and kept
-// for the group's later calls. A call of one chunk runs on the calling
+// slots of chunk areas (send, recv) per rank it copies, at most
+// kMaxAreaBytes each: allocated at the first call that needs it, grown only
+// up to that bound, and kept for the group's later calls. A call of one chunk runs on the calling
 // thread alone, and a rank that is itself a cpu device then takes part with
 // its own buffers, without a copy; so it does in every chunk of an
 // all_reduce, reduce or broadcast (the chunk is a range of its buffer,
@@ -42,7 +42,7 @@ enum class HostLock;
 struct StagedCall;  // staging.cpp: one call's chunks
 
 // The bytes of one chunk area: what a rank's buffer contributes to one chunk.
-inline constexpr size_t kMaxAreaBytes = size_t{2} << 20;
+inline constexpr size_t kMaxAreaBytes = size_t{4} << 20;
 // Chunk k uses slot k % kSlots: chunk k+1 is copied up while k is copied back.
 inline constexpr size_t kSlots = 2;
 
@@ -56,14 +56,15 @@ struct Staging {
   CapabilitySet capabilities;             // what staging runs: the reducer's, less what a direct rank lacks
 
   // Per slot and rank (index slot * ranks + rank): a send and a recv area
-  // of `area_bytes`, and the cpu buffers that wrap them.
+  // of `bytes` each, in one allocation, and the cpu buffers that wrap them;
+  // made for a rank whose data a call copies (never for a cpu rank that
+  // takes part in its own memory).
   struct Area {
     std::byte *send_memory = nullptr, *recv_memory = nullptr;
+    size_t bytes = 0;
     bp_plugin_buffer *send = nullptr, *recv = nullptr;
   };
-  std::byte *memory = nullptr;  // every area, in one allocation
   std::vector<Area> areas;
-  size_t area_bytes = 0;
   // The reducer call's handles, sized once.
   std::vector<bp_plugin_buffer *> send_handles, recv_handles;
   // A direct rank's buffers in host memory in this call, and the views of

@@ -23,6 +23,7 @@
 #include "collective_rows.hpp"
 #include "memory_bandwidth.hpp"
 #include "copy_reference.hpp"
+#include "staged_copies.hpp"
 #include "table.hpp"
 
 namespace backplane::cli {
@@ -337,7 +338,7 @@ int run_bench(const GlobalOptions &options, const BenchOptions &bench) {
     print_error(described.error());
     return kExitFailure;
   }
-  std::vector<std::string> kinds;
+  std::vector<std::string> kinds, rank_kinds;
   std::vector<std::pair<std::string, std::string>> device_lines;  // name, description
   std::vector<std::pair<std::string, std::string>> first_device_properties;
   for (size_t r = 0; r < n; ++r) {
@@ -347,6 +348,7 @@ int run_bench(const GlobalOptions &options, const BenchOptions &bench) {
       return kExitFailure;
     }
     if (std::find(kinds.begin(), kinds.end(), info->kind) == kinds.end()) kinds.push_back(info->kind);
+    rank_kinds.push_back(info->kind);
     device_lines.emplace_back(info->name, info->description);
     if (r == 0) first_device_properties = info->properties;
   }
@@ -386,6 +388,13 @@ int run_bench(const GlobalOptions &options, const BenchOptions &bench) {
       std::fprintf(stderr, "note: no copy reference (%s): no traffic columns\n", e.what());
     }
   }
+  // A group across kinds runs staged: it is measured against the bare copies that needs.
+  std::unique_ptr<StagedCopies> staged_copies;
+  if (kinds.size() > 1 && moves_bytes) {
+    std::vector<Device> ranks;
+    for (size_t r = 0; r < n; ++r) ranks.push_back(group.device(r));
+    staged_copies = std::make_unique<StagedCopies>(std::move(ranks), rank_kinds);
+  }
   Json machine = {{"cpus", usable_cpus()}};
   machine["memory_bandwidth_gbps"] = probe ? Json(probe->gbps) : Json(nullptr);
   machine["probe"] = probe ? Json{{"method", "memcpy"}, {"threads", probe->threads}, {"bytes", probe->bytes},
@@ -403,6 +412,14 @@ int run_bench(const GlobalOptions &options, const BenchOptions &bench) {
                   probe->threads, probe->threads == 1 ? "" : "s", format_bytes(probe->bytes).c_str());
       std::printf("# traffic: bytes read + written per second as the cpu plugin moves them (see `backplane bench "
                   "--help`); %%peak: traffic / probe\n");
+    }
+    if (staged_copies) {
+      std::printf("# copy reference: the bare copies staging needs, %s (every byte of a send side once up, of a "
+                  "recv side once down), median of the same iterations, timed right after the collective in every "
+                  "round\n",
+                  staged_copies->label().c_str());
+      std::printf("# traffic: bytes read + written per second, each input read once and each output written once; "
+                  "%%copy: copy time / collective time\n");
     }
     if (copy_reference) {
       std::printf("# copy reference: %s, moving each row's traffic bytes (half read, half written), median of "
@@ -468,11 +485,12 @@ int run_bench(const GlobalOptions &options, const BenchOptions &bench) {
     }
     ++ran;
 
-    const bool traffic = (probe.has_value() || copy_reference != nullptr) && !barrier;  // a barrier moves no bytes
+    const bool copies = copy_reference != nullptr || staged_copies != nullptr;
+    const bool traffic = (probe.has_value() || copies) && !barrier;  // a barrier moves no bytes
     if (!bench.json) {
       std::printf("#\n# %s on group %s\n", runner.describe().c_str(), setup.group_label.c_str());
       print_timing_note(entry);
-      print_column_header(traffic, copy_reference ? "%copy" : "%peak");
+      print_column_header(traffic, copies ? "%copy" : "%peak");
     }
     RowTiming timing;
     timing.rounds = bench.rounds;
@@ -486,6 +504,21 @@ int run_bench(const GlobalOptions &options, const BenchOptions &bench) {
         } catch (const std::exception &e) {
           // Past the device's allocation limit, say: the row stands without it.
           std::fprintf(stderr, "note: no copy time for %llu bytes: %s\n",
+                       static_cast<unsigned long long>(bytes), e.what());
+          copy_failed.insert(bytes);
+          return std::nullopt;
+        }
+      };
+    }
+    if (staged_copies && !barrier) {
+      timing.reference = [&](size_t count, bool in_place) -> std::optional<double> {
+        const uint64_t bytes = count * bp_dtype_size(*dtype);
+        if (copy_failed.count(bytes)) return std::nullopt;
+        try {
+          return staged_copies->time_copies(collective, count, bp_dtype_size(*dtype), bench.root, in_place,
+                                            bench.iterations, bench.warmup);
+        } catch (const std::exception &e) {
+          std::fprintf(stderr, "note: no copy time for %llu bytes a block: %s\n",
                        static_cast<unsigned long long>(bytes), e.what());
           copy_failed.insert(bytes);
           return std::nullopt;
