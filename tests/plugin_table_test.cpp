@@ -412,6 +412,41 @@ TEST_P(PluginTable, AWrappedBufferIsTheCallersMemoryAndHoldsTheConfiguration) {
   EXPECT_FALSE(configuration_held());
 }
 
+// Plugin ABI 1.4: the cpu plugin says where its buffers' bytes are, for
+// staging to wrap ranges of them in place; kinds whose buffers are not host
+// memory leave the entry NULL.
+TEST_P(PluginTable, HostMemoryOfABufferIsWhereItsBytesAre) {
+  const bp_plugin_functions &t = table();
+  if (plugin() != "cpu") {
+    EXPECT_EQ(t.buffer_host_memory, nullptr) << plugin() << " buffers are not host memory";
+    return;
+  }
+  ASSERT_NE(t.buffer_host_memory, nullptr);
+  bp_plugin_buffer *buffer = create_buffer(4096);
+  ASSERT_NE(buffer, nullptr);
+  Reported r;
+  ASSERT_EQ(t.buffer_write(state(), buffer, 100, "abc", 3, r.sink()), BP_OK) << r.message;
+  void *memory = nullptr;
+  ASSERT_EQ(t.buffer_host_memory(state(), buffer, &memory, r.sink()), BP_OK) << r.message;
+  ASSERT_NE(memory, nullptr);
+  EXPECT_EQ(std::string(static_cast<const char *>(memory) + 100, 3), "abc");
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(memory) % 64, 0u);
+  // A wrapped buffer's is the caller's memory.
+  alignas(64) char own[32] = {};
+  bp_plugin_buffer *wrapped = nullptr;
+  ASSERT_EQ(t.buffer_wrap_host(state(), 0, 0, own, sizeof own, &wrapped, r.sink()), BP_OK) << r.message;
+  ASSERT_EQ(t.buffer_host_memory(state(), wrapped, &memory, r.sink()), BP_OK) << r.message;
+  EXPECT_EQ(memory, own);
+
+  Reported null_buffer, null_out;
+  EXPECT_EQ(t.buffer_host_memory(state(), nullptr, &memory, null_buffer.sink()), BP_INVALID_ARGUMENT);
+  EXPECT_EQ(null_buffer.message, says("buffer_host_memory", "buffer is NULL"));
+  EXPECT_EQ(t.buffer_host_memory(state(), buffer, nullptr, null_out.sink()), BP_INVALID_ARGUMENT);
+  EXPECT_EQ(null_out.message, says("buffer_host_memory", "memory is NULL"));
+  t.buffer_destroy(state(), wrapped);
+  t.buffer_destroy(state(), buffer);
+}
+
 TEST_P(PluginTable, CollectiveStartAndRequestsCheckTheirArguments) {
   if (device_count() == 0) GTEST_SKIP() << "no " << plugin() << " device on this machine";
   const bp_plugin_functions &t = table();

@@ -276,6 +276,35 @@ TEST(StagingPolicy, PlanAndCheckSayWhatStagingRuns) {
   EXPECT_EQ(path, BP_PATH_NATIVE);
 }
 
+// Without the cpu plugin nothing computes in host memory: a group of the
+// mock and narrow fixtures' kinds is created, and refused with that reason
+// and the plugin to load.
+TEST(StagingPolicy, AGroupWithoutTheCpuPluginIsRefusedNamingIt) {
+  backplane::testing::TempDir dir;
+  dir.copy_in(backplane::testing::fixture_path("good"));
+  dir.copy_in(backplane::testing::fixture_path("narrow"));
+  Host host = backplane::testing::make_host({dir.path().string()});
+  const std::vector<Device> ranks = find_devices(host, {"mock:0", "narrow:0"});
+  ASSERT_EQ(ranks.size(), 2u);
+  Result<Group> group = host.create_group(ranks);
+  ASSERT_TRUE(group) << group.error().json();
+  bp_group_path path = BP_PATH_NATIVE;
+  for (Status status : {Status(bp_group_check(group->get(), BP_BROADCAST, BP_U8, BP_SUM)),
+                        Status(bp_group_plan(group->get(), BP_BROADCAST, BP_U8, BP_SUM, &path))}) {
+    ASSERT_FALSE(status);
+    EXPECT_EQ(status.error().code(), BP_MIXED_DEVICE_KINDS);
+    EXPECT_NE(status.error().field("staging").find("needs the cpu plugin (libbackplane_cpu.so)"), std::string::npos)
+        << status.error().json();
+  }
+  std::vector<Buffer> send = filled_buffers(ranks, 16, 1), recv = filled_buffers(ranks, 16, 2);
+  const auto recv_before = contents(recv);
+  Status status = group->broadcast(raw(send), raw(recv), 16, BP_U8, 0);
+  ASSERT_FALSE(status);
+  EXPECT_EQ(status.error().code(), BP_MIXED_DEVICE_KINDS);
+  EXPECT_EQ(contents(recv), recv_before);
+  EXPECT_EQ(counters_of(*group).refused_calls, 1u);
+}
+
 // A host whose cpu plugin has 1 device cannot lend one to each of 2 ranks:
 // the group is created and its calls are refused with the reason.
 TEST(StagingPolicy, AGroupThatCannotBeStagedIsRefusedWithTheReason) {
