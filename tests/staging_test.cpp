@@ -443,6 +443,55 @@ TEST(StagingConcurrency, MixedGroupsFromFourThreads) {
   for (size_t t = 0; t < 4; ++t) EXPECT_EQ(failures[t], "") << "thread " << t;
 }
 
+// An _async call on a mixed group runs on the group's runner thread: it
+// returns while the copies and the sum are under way, and the group's next
+// call (here one that reads what the first writes) waits for it.
+TEST(StagingAsync, AnAsyncCallReturnsInFlightAndTheNextCallWaitsForIt) {
+  REQUIRE_KINDS("opencl");
+  Host &host = shared_host();
+  const std::vector<Device> ranks = find_devices(host, {"cpu:7", "opencl:0"});
+  Result<Group> group = host.create_group(ranks);
+  ASSERT_TRUE(group) << group.error().json();
+  constexpr size_t kInts = size_t{8} << 20;  // 32 MiB a buffer: milliseconds of copies
+  std::vector<Buffer> send = filled_buffers(ranks, kInts * 4, 11), recv = filled_buffers(ranks, kInts * 4, 12);
+  const auto inputs = contents(send);
+  // A call that completed inside its start would always test complete at
+  // once; a few tries keep a stall of this thread from passing for that.
+  bool seen_in_flight = false;
+  for (int attempt = 0; attempt < 5 && !seen_in_flight; ++attempt) {
+    bp_event *started = nullptr;
+    ASSERT_TRUE(Status(bp_all_reduce_async(group->get(), raw(send).data(), raw(recv).data(), kInts, BP_U32, BP_SUM,
+                                           &started)));
+    Event event(started);
+    seen_in_flight = !event.test();
+    if (seen_in_flight) {
+      const Status now = event.wait(0);
+      EXPECT_TRUE(now || now.error().code() == BP_TIMEOUT) << now.error().json();
+    }
+    ASSERT_TRUE(event.wait());
+    EXPECT_TRUE(event.test());
+  }
+  EXPECT_TRUE(seen_in_flight) << "every _async call was complete when its start returned";
+
+  // Started, not waited for: the in-place call after it sums its results.
+  bp_event *started = nullptr;
+  ASSERT_TRUE(Status(bp_all_reduce_async(group->get(), raw(send).data(), raw(recv).data(), kInts, BP_U32, BP_SUM,
+                                         &started)));
+  Event first(started);
+  ASSERT_TRUE(group->all_reduce(raw(recv), raw(recv), kInts, BP_U32, BP_SUM));
+  EXPECT_TRUE(first.test());
+  ASSERT_TRUE(first.wait());
+  for (const auto &result : contents(recv)) {
+    for (size_t i = 0; i < kInts; i += 4099) {
+      uint32_t a, b, got;
+      std::memcpy(&a, inputs[0].data() + 4 * i, 4);
+      std::memcpy(&b, inputs[1].data() + 4 * i, 4);
+      std::memcpy(&got, result.data() + 4 * i, 4);
+      ASSERT_EQ(got, 2 * (a + b)) << "element " << i;
+    }
+  }
+}
+
 // What a staged call copies, counted. The cpu rank's own buffers take part
 // in a call of one chunk, and its views in every chunk of an all_reduce or a
 // broadcast; a chunk of an all_gather is a range of each block, which is

@@ -540,13 +540,26 @@ Status finish_layered(InFlight &in_flight, Status outcome) {
 // plugin's word. Caller holds in_flight.mutex.
 Status complete_locked(InFlight &in_flight, int64_t timeout_ns) {
   if (!in_flight.complete.load(std::memory_order_relaxed)) {
-    LoadedPlugin &plugin = *in_flight.plugin;
-    Status status = call_plugin(plugin, "request_wait", [&](bp_error_sink *sink) {
-      return plugin.functions.request_wait(plugin.state, in_flight.request, timeout_ns, sink);
-    });
-    if (!status && status.error().code() == BP_TIMEOUT && timeout_ns >= 0) return status;
-    release(plugin, in_flight.request);
-    in_flight.request = nullptr;
+    Status status;
+    if (in_flight.staged) [[unlikely]] {
+      bp_group &group = *in_flight.staged;
+      if (!wait_staged(*group.staging, timeout_ns, status))
+        return Error(BP_TIMEOUT, "the collective through host memory is still in flight after " +
+                                     std::to_string(timeout_ns) + " ns");
+      group.staged_pending.store(false, std::memory_order_release);
+      if (!status) {
+        const StagedArgs &args = group.staging->args;
+        status = about(status.take_error(), group, args.collective, args.dtype, args.reduce_op);
+      }
+    } else {
+      LoadedPlugin &plugin = *in_flight.plugin;
+      status = call_plugin(plugin, "request_wait", [&](bp_error_sink *sink) {
+        return plugin.functions.request_wait(plugin.state, in_flight.request, timeout_ns, sink);
+      });
+      if (!status && status.error().code() == BP_TIMEOUT && timeout_ns >= 0) return status;
+      release(plugin, in_flight.request);
+      in_flight.request = nullptr;
+    }
     if (in_flight.layered) [[unlikely]]
       status = finish_layered(in_flight, std::move(status));
     if (!status) in_flight.outcome = std::make_unique<Error>(status.take_error());
@@ -622,8 +635,9 @@ void track(bp_group &group, const std::shared_ptr<InFlight> &in_flight) {
 }
 
 // A collective through host memory (staging.hpp), with the layers' hooks
-// around it. Completes before it returns: an _async call's event is then
-// complete at once (*started stays NULL).
+// around it. A blocking call completes before it returns; an _async one
+// goes to the group's staging runner, its entry tracked and left in
+// group.staged_started for start_collective (*started stays NULL).
 [[gnu::cold, gnu::noinline]] Status start_off_table(bp_group &group, const bp_collective_request &request,
                                                     bool caller_waits, uint32_t mode_flags, size_t largest_bytes,
                                                     Support support, LayeredCall *layered) {
@@ -641,7 +655,22 @@ void track(bp_group &group, const std::shared_ptr<InFlight> &in_flight) {
       return about(refusal.take_error(), group, collective, dtype, op);
   }
   GroupCounters::add(group.counters.staged);
-  Status status = run_staged(group, request);
+  take_arguments(group, request);
+  if (!caller_waits) {
+    // Its entry exists (and is tracked) before the runner has the call, so
+    // that nothing can throw once it runs.
+    auto in_flight = std::make_shared<InFlight>();
+    in_flight->staged = &group;
+    track(group, in_flight);
+    group.staged_pending.store(true, std::memory_order_release);
+    if (start_staged(group)) {
+      group.staged_started = std::move(in_flight);
+      return {};
+    }
+    in_flight->complete.store(true, std::memory_order_release);  // no runner: it runs here
+    group.staged_pending.store(false, std::memory_order_release);
+  }
+  Status status = run_staged(group);
   if (!status) {
     Error failed = about(status.take_error(), group, collective, dtype, op);
     if (group.layered) return after_layered(*layered, std::move(failed));
@@ -678,7 +707,8 @@ Status start(bp_group *group, const bp_collective_request *given, bool caller_wa
     if (limit != 0 && largest_bytes > limit) [[unlikely]]
       return refused(*group, too_large(*group, request, largest_bytes, limit, false));
   }
-  if (!group->plugin_queues && group->tracked.load(std::memory_order_acquire) != 0) [[unlikely]]
+  if ((!group->plugin_queues || group->staged_pending.load(std::memory_order_acquire)) &&
+      group->tracked.load(std::memory_order_acquire) != 0) [[unlikely]]
     wait_for_earlier(*group);
 
   LoadedPlugin &plugin = *group->kind->plugin;
@@ -768,7 +798,12 @@ Expected<bp_event *> start_collective(bp_group *group, const bp_collective_reque
   if (group && group->layered) [[unlikely]]
     layered = std::make_unique<LayeredCall>();
   if (Status status = start(group, request, false, &started, layered.get()); !status) return status.take_error();
-  if (started) {
+  if (!started && group->staged_started) [[unlikely]] {
+    // Through host memory, on the group's runner (start_off_table tracked it).
+    event->in_flight = std::move(group->staged_started);
+    std::lock_guard lock(event->in_flight->mutex);
+    event->in_flight->layered = std::move(layered);
+  } else if (started) {
     // Allocation failures past this point must not lose the request: it is
     // tracked before anything else can throw.
     auto in_flight = std::make_shared<InFlight>();
@@ -800,6 +835,12 @@ bool test_event(bp_event *event) {
   if (in_flight.complete.load(std::memory_order_acquire)) return true;
   std::lock_guard lock(in_flight.mutex);
   if (in_flight.complete.load(std::memory_order_relaxed)) return true;
+  if (in_flight.staged) [[unlikely]] {
+    if (!staged_finished(*in_flight.staged->staging)) return false;
+    Status outcome = complete_locked(in_flight, -1);
+    (void)outcome;  // kept in in_flight for its event
+    return true;
+  }
   bool done = false;
   Status status = call_plugin(*in_flight.plugin, "request_test", [&](bp_error_sink *sink) {
     return in_flight.plugin->functions.request_test(in_flight.plugin->state, in_flight.request, &done, sink);

@@ -250,6 +250,9 @@ struct InFlight {
   // A collective on a group with layered ranks: its `after` hooks run when
   // it is seen complete (layers.hpp).
   std::unique_ptr<LayeredCall> layered;
+  // An _async call through host memory: the group whose staging runner
+  // runs it (plugin and request stay NULL).
+  bp_group *staged = nullptr;
 };
 }  // namespace backplane
 
@@ -277,6 +280,11 @@ struct bp_group {
   // group cannot be staged; `staging_refusal` then says why (a sentence).
   std::unique_ptr<backplane::Staging, backplane::StagingDeleter> staging;
   std::string staging_refusal;
+  // A staged _async call is in flight: a native call waits for it (its
+  // plugin does not order itself after the host's copies). Set under the
+  // start claim; `staged_started` hands its entry to start_collective.
+  std::atomic<bool> staged_pending{false};
+  std::shared_ptr<backplane::InFlight> staged_started;
   backplane::GroupCounters counters;
   // Some rank is a layered device: collectives run the layers' hooks.
   bool layered = false;

@@ -2,6 +2,8 @@
 #include "staging.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <utility>
 #include <exception>
 #include <functional>
 #include <system_error>
@@ -118,7 +120,7 @@ Status host_memory_of(Staging &staging, const bp_plugin_buffer *buffer, std::byt
   return status;
 }
 
-Status run_reducer(Staging &staging, const bp_collective_request &request, size_t ranks, size_t count) {
+Status run_reducer(Staging &staging, const StagedArgs &request, size_t ranks, size_t count) {
   LoadedPlugin &plugin = *staging.reducer->plugin;
   bp_collective_args args{};
   args.struct_size = sizeof args;
@@ -158,7 +160,7 @@ Status run_reducer(Staging &staging, const bp_collective_request &request, size_
 struct StagedCall {
   bp_group &group;
   Staging &staging;
-  const bp_collective_request &request;
+  const StagedArgs &request;
   size_t ranks, element, chunk_count, chunks;
   bool in_ranges;  // every buffer is one block: a chunk is one range of it
 
@@ -172,7 +174,7 @@ struct StagedCall {
     return chunks > 1 && in_ranges && staging.direct[rank] && staging.reducer->plugin->functions.buffer_host_memory;
   }
   bool in_own_memory(size_t rank) const { return own_buffers(rank) || viewed(rank); }
-  bool in_place(size_t rank) const { return request.send[rank] == request.recv[rank]; }
+  bool in_place(size_t rank) const { return request.in_place[rank] != 0; }
   const Staging::Area &area(size_t chunk, size_t rank) const {
     return staging.areas[chunk % kSlots * ranks + rank];
   }
@@ -225,8 +227,8 @@ struct StagedCall {
   Status copy_up(size_t chunk, uint64_t &staged) const {
     for (size_t rank = 0; rank < ranks; ++rank) {
       if (own_buffers(rank)) {
-        staging.send_handles[rank] = group.send_handles[rank];
-        staging.recv_handles[rank] = group.recv_handles[rank];
+        staging.send_handles[rank] = request.send[rank];
+        staging.recv_handles[rank] = request.recv[rank];
         continue;
       }
       const bp_rank_buffers use = this->use(rank);
@@ -253,7 +255,7 @@ struct StagedCall {
       staging.recv_handles[rank] = use.uses_recv ? (in_place ? area.send : area.recv) : nullptr;
       if (!use.uses_send) continue;
       const Blocks input = in_place ? in_place_input(request.collective, rank, ranks) : Blocks{0, use.send_blocks};
-      if (Status status = copy(chunk, rank, true, group.send_handles[rank], input, area.send_memory, staged); !status)
+      if (Status status = copy(chunk, rank, true, request.send[rank], input, area.send_memory, staged); !status)
         return status;
     }
     return {};
@@ -269,7 +271,7 @@ struct StagedCall {
       const bool in_place = use.uses_send && this->in_place(rank);
       const Blocks result = in_place ? in_place_result(request.collective, rank, rank == request.root, ranks)
                                      : Blocks{0, use.recv_blocks};
-      if (Status status = copy(chunk, rank, false, group.recv_handles[rank], result,
+      if (Status status = copy(chunk, rank, false, request.recv[rank], result,
                                in_place ? area.send_memory : area.recv_memory, staged);
           !status)
         return status;
@@ -364,6 +366,14 @@ Status run_pipelined(const StagedCall &call, uint64_t &staged) {
 }  // namespace
 
 Staging::~Staging() {
+  if (runner.thread.joinable()) {
+    {
+      std::lock_guard lock(runner.mutex);
+      runner.stopping = true;
+    }
+    runner.wake_runner.notify_one();
+    runner.thread.join();
+  }
   if (pipeline.worker.joinable()) {
     {
       std::lock_guard lock(pipeline.mutex);
@@ -453,6 +463,9 @@ void prepare_staging(bp_group &group, HostLock host_lock) {
     if (staging->direct[rank]) staging->capabilities.intersect(group.ranks[rank]->capabilities());
   staging->areas.resize(kSlots * ranks);
   staging->send_handles.resize(ranks);
+  staging->args.send.resize(ranks);
+  staging->args.recv.resize(ranks);
+  staging->args.in_place.resize(ranks);
   staging->direct_send.resize(ranks);
   staging->direct_recv.resize(ranks);
   staging->views.resize(ranks);
@@ -460,8 +473,24 @@ void prepare_staging(bp_group &group, HostLock host_lock) {
   group.staging.reset(staging.release());
 }
 
-Status run_staged(bp_group &group, const bp_collective_request &request) {
+void take_arguments(bp_group &group, const bp_collective_request &request) {
+  StagedArgs &args = group.staging->args;
+  args.collective = request.collective;
+  args.dtype = request.dtype;
+  args.reduce_op = request.reduce_op;
+  args.root = request.root;
+  args.count = request.count;
+  for (size_t rank = 0; rank < group.ranks.size(); ++rank) {
+    const bool has_buffers = request.collective != BP_BARRIER;
+    args.send[rank] = has_buffers ? group.send_handles[rank] : nullptr;
+    args.recv[rank] = has_buffers ? group.recv_handles[rank] : nullptr;
+    args.in_place[rank] = has_buffers && request.send[rank] == request.recv[rank];
+  }
+}
+
+Status run_staged(bp_group &group) {
   Staging &staging = *group.staging;
+  const StagedArgs &request = staging.args;
   const size_t ranks = group.ranks.size();
   const uint32_t collective = request.collective;
   if (collective == BP_BARRIER) return run_reducer(staging, request, ranks, 0);
@@ -489,9 +518,9 @@ Status run_staged(bp_group &group, const bp_collective_request &request) {
   }
   for (size_t rank = 0; rank < ranks; ++rank) {
     if (!call.viewed(rank)) continue;
-    if (Status status = host_memory_of(staging, group.send_handles[rank], staging.direct_send[rank]); !status)
+    if (Status status = host_memory_of(staging, request.send[rank], staging.direct_send[rank]); !status)
       return status.take_error().with("rank", rank);
-    if (Status status = host_memory_of(staging, group.recv_handles[rank], staging.direct_recv[rank]); !status)
+    if (Status status = host_memory_of(staging, request.recv[rank], staging.direct_recv[rank]); !status)
       return status.take_error().with("rank", rank);
   }
 
@@ -509,6 +538,69 @@ Status run_staged(bp_group &group, const bp_collective_request &request) {
   }
   group.counters.add(group.counters.staged_bytes, staged);
   return status;
+}
+
+namespace {
+
+// The runner: each call handed over, in order, on the group's staging.
+void run_handed_calls(Staging::Runner &runner) {
+  std::unique_lock lock(runner.mutex);
+  for (;;) {
+    runner.wake_runner.wait(lock, [&] { return runner.stopping || runner.finished < runner.handed; });
+    if (runner.finished == runner.handed) return;  // stopping, and nothing left
+    bp_group &group = *runner.group;
+    lock.unlock();
+    Status outcome;
+    try {
+      outcome = run_staged(group);
+    } catch (const std::exception &e) {
+      outcome = Error(BP_OUT_OF_MEMORY, std::string("staging: the call failed: ") + e.what());
+    }
+    lock.lock();
+    runner.outcome = std::move(outcome);
+    ++runner.finished;
+    runner.wake_waiter.notify_all();
+  }
+}
+
+}  // namespace
+
+bool start_staged(bp_group &group) {
+  Staging::Runner &runner = group.staging->runner;
+  if (!runner.thread.joinable()) {
+    try {
+      runner.thread = std::thread(run_handed_calls, std::ref(runner));
+    } catch (const std::system_error &e) {
+      log(BP_LOG_WARN, "dispatch",
+          std::string("staging: no thread to run an _async call apart from its caller (") + e.what() +
+              "); it completes inside its start");
+      return false;
+    }
+  }
+  {
+    std::lock_guard lock(runner.mutex);
+    runner.group = &group;
+    ++runner.handed;
+  }
+  runner.wake_runner.notify_one();
+  return true;
+}
+
+bool wait_staged(Staging &staging, int64_t timeout_ns, Status &outcome) {
+  Staging::Runner &runner = staging.runner;
+  std::unique_lock lock(runner.mutex);
+  const auto finished = [&] { return runner.finished == runner.handed; };
+  if (timeout_ns < 0)
+    runner.wake_waiter.wait(lock, finished);
+  else if (!runner.wake_waiter.wait_for(lock, std::chrono::nanoseconds(timeout_ns), finished))
+    return false;
+  outcome = std::exchange(runner.outcome, Status());
+  return true;
+}
+
+bool staged_finished(Staging &staging) {
+  std::lock_guard lock(staging.runner.mutex);
+  return staging.runner.finished == staging.runner.handed;
 }
 
 }  // namespace backplane

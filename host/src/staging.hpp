@@ -46,8 +46,19 @@ inline constexpr size_t kMaxAreaBytes = size_t{4} << 20;
 // Chunk k uses slot k % kSlots: chunk k+1 is copied up while k is copied back.
 inline constexpr size_t kSlots = 2;
 
+// One staged call's arguments, kept by the group's Staging so that an
+// _async call runs on after its start returned (the caller's arrays are
+// borrowed for the start only). Sized once; one call is staged at a time.
+struct StagedArgs {
+  uint32_t collective = 0, dtype = 0, reduce_op = 0, root = 0;
+  size_t count = 0;
+  std::vector<bp_plugin_buffer *> send, recv;  // each rank's plugin buffers
+  std::vector<uint8_t> in_place;               // the rank passed one bp_buffer as send and recv
+};
+
 // The reducer's side of a group: a cpu comm over one cpu device per rank,
-// the staging memory, and the worker that copies results back.
+// the staging memory, the worker that copies results back, and the runner
+// that runs _async calls apart from their caller.
 struct Staging {
   DeviceKind *reducer = nullptr;  // the cpu kind
   bp_plugin_comm *comm = nullptr;
@@ -86,10 +97,24 @@ struct Staging {
     std::thread worker;
   } pipeline;
 
+  StagedArgs args;  // the call being staged
+
+  // The runner (started by the first _async call): under `mutex`, calls
+  // [finished, handed) are its to run, `outcome` the last one's.
+  struct Runner {
+    std::mutex mutex;
+    std::condition_variable wake_runner, wake_waiter;
+    uint64_t handed = 0, finished = 0;
+    bool stopping = false;
+    Status outcome;
+    bp_group *group = nullptr;
+    std::thread thread;
+  } runner;
+
   Staging() = default;
   Staging(const Staging &) = delete;
   Staging &operator=(const Staging &) = delete;
-  ~Staging();  // the worker, the wrapped buffers, the memory, the comm
+  ~Staging();  // the runner, the worker, the wrapped buffers, the memory, the comm
 };
 
 // Sets `group.staging` up when the group is mixed (and its policy is
@@ -98,10 +123,24 @@ struct Staging {
 // loaded: ..."), and the group is created all the same.
 void prepare_staging(bp_group &group, HostLock host_lock);
 
-// Runs `request` on a staged group. Dispatch checked the arguments (the
-// group's send_handles/recv_handles hold the ranks' plugin buffers) and
-// that staging runs it; the caller holds the group's start claim. Returns
-// only when nothing of the call touches the ranks' buffers any more.
-Status run_staged(bp_group &group, const bp_collective_request &request);
+// Keeps `request` as the group's staged call. Dispatch checked the
+// arguments (the group's send_handles/recv_handles hold the ranks' plugin
+// buffers) and that staging runs it, and no staged call is in flight; the
+// caller holds the group's start claim.
+void take_arguments(bp_group &group, const bp_collective_request &request);
+
+// Runs the group's staged call on this thread. Returns only when nothing of
+// it touches the ranks' buffers any more.
+Status run_staged(bp_group &group);
+
+// Hands the group's staged call to its runner thread; false when there is
+// no thread to be had (the caller then runs it itself).
+bool start_staged(bp_group &group);
+// Waits for the call start_staged handed over, at most `timeout_ns`
+// (negative: no limit), and takes its outcome; false when it is still in
+// flight after the timeout.
+bool wait_staged(Staging &staging, int64_t timeout_ns, Status &outcome);
+// Whether it finished (wait_staged then returns at once).
+bool staged_finished(Staging &staging);
 
 }  // namespace backplane
