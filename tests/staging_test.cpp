@@ -452,7 +452,7 @@ TEST(StagingAsync, AnAsyncCallReturnsInFlightAndTheNextCallWaitsForIt) {
   const std::vector<Device> ranks = find_devices(host, {"cpu:7", "opencl:0"});
   Result<Group> group = host.create_group(ranks);
   ASSERT_TRUE(group) << group.error().json();
-  constexpr size_t kInts = size_t{8} << 20;  // 32 MiB a buffer: milliseconds of copies
+  constexpr size_t kInts = size_t{4} << 20;  // 16 MiB a buffer: milliseconds of copies
   std::vector<Buffer> send = filled_buffers(ranks, kInts * 4, 11), recv = filled_buffers(ranks, kInts * 4, 12);
   const auto inputs = contents(send);
   // A call that completed inside its start would always test complete at
