@@ -282,106 +282,56 @@ struct StagedCall {
 
 namespace {
 
-// The worker: copies chunks back as the caller has them computed, in
-// order; after a failure it only counts the rest as done.
-void copy_back_worker(Staging::Pipeline &pipeline) {
-  std::unique_lock lock(pipeline.mutex);
-  for (;;) {
-    pipeline.wake_worker.wait(lock, [&] { return pipeline.stopping || pipeline.copied_back < pipeline.computed; });
-    if (pipeline.copied_back == pipeline.computed) return;  // stopping, and nothing left
-    const size_t chunk = pipeline.copied_back;
-    const StagedCall &call = *pipeline.call;
-    const bool failed = !pipeline.failure.ok();
-    lock.unlock();
-    uint64_t staged = 0;
-    Status status;
-    if (!failed) {
-      try {
-        status = call.copy_back(chunk, staged);
-      } catch (const std::exception &e) {
-        status = Error(BP_OUT_OF_MEMORY, std::string("staging: copying a chunk back failed: ") + e.what());
-      }
-    }
-    lock.lock();
-    pipeline.staged_bytes += staged;
-    if (!status && pipeline.failure.ok()) pipeline.failure = std::move(status);
-    pipeline.copied_back = chunk + 1;
-    pipeline.wake_caller.notify_one();
-  }
-}
-
-// Starts the worker once per group; false when no thread can be had (the
-// call then runs its chunks one after the other on the calling thread).
-bool ensure_worker(Staging &staging) {
-  if (staging.pipeline.worker.joinable()) return true;
+// The copier's job: chunk job - first_job of the pipeline's call back,
+// unless an earlier one failed.
+void copy_chunk_back(void *context, uint64_t job) {
+  Staging::Pipeline &pipeline = static_cast<Staging *>(context)->pipeline;
+  if (pipeline.failed.load(std::memory_order_relaxed)) return;
+  Status status;
   try {
-    staging.pipeline.worker = std::thread(copy_back_worker, std::ref(staging.pipeline));
-    return true;
-  } catch (const std::system_error &e) {
-    log(BP_LOG_WARN, "dispatch",
-        std::string("staging: no thread to copy results back while the next chunk is copied up (") + e.what() +
-            "); this call's chunks run one after the other");
-    return false;
+    status = pipeline.call->copy_back(job - pipeline.first_job, pipeline.staged_bytes);
+  } catch (const std::exception &e) {
+    status = Error(BP_OUT_OF_MEMORY, std::string("staging: copying a chunk back failed: ") + e.what());
   }
+  if (status) return;
+  pipeline.failure = std::move(status);
+  pipeline.failed.store(true, std::memory_order_relaxed);
 }
 
 // Every chunk: copied up and computed on the calling thread, copied back
-// by the worker, which trails by at most kSlots - 1 chunks.
+// by the copier, which trails by at most kSlots - 1 chunks.
 Status run_pipelined(const StagedCall &call, uint64_t &staged) {
-  Staging::Pipeline &pipeline = call.staging.pipeline;
-  {
-    std::lock_guard lock(pipeline.mutex);
-    pipeline.computed = pipeline.copied_back = 0;
-    pipeline.failure = Status();
-    pipeline.staged_bytes = 0;
-    pipeline.call = &call;
-  }
+  Staging &staging = call.staging;
+  Staging::Pipeline &pipeline = staging.pipeline;
+  pipeline.call = &call;
+  pipeline.first_job = staging.copier.given();
+  pipeline.failed.store(false, std::memory_order_relaxed);
+  pipeline.failure = Status();
+  pipeline.staged_bytes = 0;
   Status status;
+  uint64_t given = pipeline.first_job;
   for (size_t chunk = 0; chunk < call.chunks; ++chunk) {
-    {
-      std::unique_lock lock(pipeline.mutex);
-      // Chunk `chunk`'s slot is free once chunk - kSlots was copied back.
-      pipeline.wake_caller.wait(lock, [&] { return pipeline.copied_back + kSlots > chunk || !pipeline.failure.ok(); });
-      if (!pipeline.failure.ok()) break;
-    }
+    // Its slot is free once chunk - kSlots was copied back.
+    if (chunk >= kSlots) staging.copier.wait_done(pipeline.first_job + chunk - kSlots + 1);
+    if (pipeline.failed.load(std::memory_order_relaxed)) break;
     status = call.copy_up(chunk, staged);
-    if (status) status = run_reducer(call.staging, call.request, call.ranks, call.count_of(chunk));
+    if (status) status = run_reducer(staging, call.request, call.ranks, call.count_of(chunk));
     call.release_views();
     if (!status) break;
-    {
-      std::lock_guard lock(pipeline.mutex);
-      pipeline.computed = chunk + 1;
-    }
-    pipeline.wake_worker.notify_one();
+    given = staging.copier.give() + 1;
   }
-  std::unique_lock lock(pipeline.mutex);
-  pipeline.wake_caller.wait(lock, [&] { return pipeline.copied_back == pipeline.computed; });
+  staging.copier.wait_done(given);
   staged += pipeline.staged_bytes;
   pipeline.call = nullptr;
-  if (status && !pipeline.failure.ok()) status = std::move(pipeline.failure);
-  pipeline.failure = Status();
+  if (status && !pipeline.failure.ok()) status = std::exchange(pipeline.failure, Status());
   return status;
 }
 
 }  // namespace
 
 Staging::~Staging() {
-  if (runner.thread.joinable()) {
-    {
-      std::lock_guard lock(runner.mutex);
-      runner.stopping = true;
-    }
-    runner.wake_runner.notify_one();
-    runner.thread.join();
-  }
-  if (pipeline.worker.joinable()) {
-    {
-      std::lock_guard lock(pipeline.mutex);
-      pipeline.stopping = true;
-    }
-    pipeline.wake_worker.notify_one();
-    pipeline.worker.join();
-  }
+  runner.stop();
+  copier.stop();
   if (!reducer) return;
   for (Area &area : areas) release_area(*reducer->plugin, area);
   LoadedPlugin &plugin = *reducer->plugin;
@@ -526,7 +476,8 @@ Status run_staged(bp_group &group) {
 
   uint64_t staged = 0;
   Status status;
-  if (call.chunks > 1 && ensure_worker(staging)) {
+  if (call.chunks > 1 && staging.copier.ensure_started(copy_chunk_back, &staging,
+                                                       "copy results back while the next chunk is copied up")) {
     status = run_pipelined(call, staged);
   } else {
     for (size_t chunk = 0; status && chunk < call.chunks; ++chunk) {
@@ -542,65 +493,98 @@ Status run_staged(bp_group &group) {
 
 namespace {
 
-// The runner: each call handed over, in order, on the group's staging.
-void run_handed_calls(Staging::Runner &runner) {
-  std::unique_lock lock(runner.mutex);
-  for (;;) {
-    runner.wake_runner.wait(lock, [&] { return runner.stopping || runner.finished < runner.handed; });
-    if (runner.finished == runner.handed) return;  // stopping, and nothing left
-    bp_group &group = *runner.group;
-    lock.unlock();
-    Status outcome;
-    try {
-      outcome = run_staged(group);
-    } catch (const std::exception &e) {
-      outcome = Error(BP_OUT_OF_MEMORY, std::string("staging: the call failed: ") + e.what());
-    }
-    lock.lock();
-    runner.outcome = std::move(outcome);
-    ++runner.finished;
-    runner.wake_waiter.notify_all();
+// The runner's job: the group's staged call.
+void run_handed_call(void *context, uint64_t) {
+  bp_group &group = *static_cast<bp_group *>(context);
+  Status outcome;
+  try {
+    outcome = run_staged(group);
+  } catch (const std::exception &e) {
+    outcome = Error(BP_OUT_OF_MEMORY, std::string("staging: the call failed: ") + e.what());
   }
+  group.staging->outcome = std::move(outcome);
 }
 
 }  // namespace
 
 bool start_staged(bp_group &group) {
-  Staging::Runner &runner = group.staging->runner;
-  if (!runner.thread.joinable()) {
-    try {
-      runner.thread = std::thread(run_handed_calls, std::ref(runner));
-    } catch (const std::system_error &e) {
-      log(BP_LOG_WARN, "dispatch",
-          std::string("staging: no thread to run an _async call apart from its caller (") + e.what() +
-              "); it completes inside its start");
-      return false;
-    }
-  }
-  {
-    std::lock_guard lock(runner.mutex);
-    runner.group = &group;
-    ++runner.handed;
-  }
-  runner.wake_runner.notify_one();
+  Staging &staging = *group.staging;
+  if (!staging.runner.ensure_started(run_handed_call, &group, "run an _async call apart from its caller")) return false;
+  staging.runner_job = staging.runner.give();
   return true;
 }
 
 bool wait_staged(Staging &staging, int64_t timeout_ns, Status &outcome) {
-  Staging::Runner &runner = staging.runner;
-  std::unique_lock lock(runner.mutex);
-  const auto finished = [&] { return runner.finished == runner.handed; };
-  if (timeout_ns < 0)
-    runner.wake_waiter.wait(lock, finished);
-  else if (!runner.wake_waiter.wait_for(lock, std::chrono::nanoseconds(timeout_ns), finished))
-    return false;
-  outcome = std::exchange(runner.outcome, Status());
+  if (!staging.runner.wait_done(staging.runner_job + 1, timeout_ns)) return false;
+  outcome = std::exchange(staging.outcome, Status());
   return true;
 }
 
-bool staged_finished(Staging &staging) {
-  std::lock_guard lock(staging.runner.mutex);
-  return staging.runner.finished == staging.runner.handed;
+bool staged_finished(Staging &staging) { return staging.runner.wait_done(staging.runner_job + 1, 0); }
+
+OrderedThread::~OrderedThread() { stop(); }
+
+bool OrderedThread::ensure_started(Run run, void *context, const char *purpose) {
+  if (thread_.joinable()) return true;
+  run_ = run;
+  context_ = context;
+  try {
+    thread_ = std::thread(&OrderedThread::run_jobs, this);
+    return true;
+  } catch (const std::system_error &e) {
+    log(BP_LOG_WARN, "dispatch",
+        std::string("staging: no thread to ") + purpose + " (" + e.what() + "); the call runs on its caller");
+    return false;
+  }
+}
+
+uint64_t OrderedThread::give() {
+  uint64_t job;
+  {
+    std::lock_guard lock(mutex_);
+    job = given_++;
+  }
+  wake_thread_.notify_one();
+  return job;
+}
+
+uint64_t OrderedThread::given() {
+  std::lock_guard lock(mutex_);
+  return given_;
+}
+
+bool OrderedThread::wait_done(uint64_t count, int64_t timeout_ns) {
+  std::unique_lock lock(mutex_);
+  const auto ran = [&] { return done_ >= count; };
+  if (timeout_ns < 0) {
+    wake_waiters_.wait(lock, ran);
+    return true;
+  }
+  return wake_waiters_.wait_for(lock, std::chrono::nanoseconds(timeout_ns), ran);
+}
+
+void OrderedThread::stop() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_thread_.notify_one();
+  thread_.join();
+}
+
+void OrderedThread::run_jobs() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    wake_thread_.wait(lock, [&] { return stopping_ || done_ < given_; });
+    if (done_ == given_) return;  // stopping, and nothing left
+    const uint64_t job = done_;
+    lock.unlock();
+    run_(context_, job);
+    lock.lock();
+    done_ = job + 1;
+    wake_waiters_.notify_all();
+  }
 }
 
 }  // namespace backplane

@@ -20,6 +20,7 @@
 // copied like the others where a chunk is one range of each block.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -45,6 +46,40 @@ struct StagedCall;  // staging.cpp: one call's chunks
 inline constexpr size_t kMaxAreaBytes = size_t{4} << 20;
 // Chunk k uses slot k % kSlots: chunk k+1 is copied up while k is copied back.
 inline constexpr size_t kSlots = 2;
+
+// A thread that runs jobs 0, 1, 2, ... one at a time in the order they are
+// given, each through `run(context, job)`.
+class OrderedThread {
+ public:
+  using Run = void (*)(void *context, uint64_t job);
+  OrderedThread() = default;
+  OrderedThread(const OrderedThread &) = delete;
+  OrderedThread &operator=(const OrderedThread &) = delete;
+  ~OrderedThread();
+
+  // Starts the thread unless it runs; false when no thread can be had (a
+  // warning says what `purpose` does without it).
+  bool ensure_started(Run run, void *context, const char *purpose);
+  // Gives the next job and returns its number.
+  uint64_t give();
+  uint64_t given();
+  // Waits until every job below `count` ran, at most `timeout_ns`
+  // (negative: no limit); false when they had not by then.
+  bool wait_done(uint64_t count, int64_t timeout_ns = -1);
+  // Lets the jobs given run, then ends the thread (the destructor's work).
+  void stop();
+
+ private:
+  void run_jobs();
+
+  std::mutex mutex_;
+  std::condition_variable wake_thread_, wake_waiters_;
+  uint64_t given_ = 0, done_ = 0;
+  bool stopping_ = false;
+  Run run_ = nullptr;
+  void *context_ = nullptr;
+  std::thread thread_;
+};
 
 // One staged call's arguments, kept by the group's Staging so that an
 // _async call runs on after its start returned (the caller's arrays are
@@ -83,38 +118,31 @@ struct Staging {
   std::vector<std::byte *> direct_send, direct_recv;
   std::vector<Area> views;
 
-  // The copy-back worker (started by the first call of several chunks).
-  // Under `mutex`: chunks [copied_back, computed) wait for it; it stops
-  // when `stopping`; `failure` is the first copy back that failed.
+  // The copy-back worker (started by the first call of several chunks):
+  // its job first_job + k copies chunk k of `call` back. Only it writes
+  // `failure` (the first copy back that failed) and `staged_bytes`; the
+  // caller reads them once every job of the call is done.
+  OrderedThread copier;
   struct Pipeline {
-    std::mutex mutex;
-    std::condition_variable wake_worker, wake_caller;
-    size_t computed = 0, copied_back = 0;
-    bool stopping = false;
+    const StagedCall *call = nullptr;
+    uint64_t first_job = 0;
+    std::atomic<bool> failed{false};
     Status failure;
-    uint64_t staged_bytes = 0;         // what the worker copied in this call
-    const StagedCall *call = nullptr;  // the call whose chunks it copies back
-    std::thread worker;
+    uint64_t staged_bytes = 0;
   } pipeline;
 
   StagedArgs args;  // the call being staged
 
-  // The runner (started by the first _async call): under `mutex`, calls
-  // [finished, handed) are its to run, `outcome` the last one's.
-  struct Runner {
-    std::mutex mutex;
-    std::condition_variable wake_runner, wake_waiter;
-    uint64_t handed = 0, finished = 0;
-    bool stopping = false;
-    Status outcome;
-    bp_group *group = nullptr;
-    std::thread thread;
-  } runner;
+  // The runner (started by the first _async call): its job `runner_job`
+  // runs `args` and leaves `outcome`.
+  OrderedThread runner;
+  uint64_t runner_job = 0;
+  Status outcome;
 
   Staging() = default;
   Staging(const Staging &) = delete;
   Staging &operator=(const Staging &) = delete;
-  ~Staging();  // the runner, the worker, the wrapped buffers, the memory, the comm
+  ~Staging();  // the wrapped buffers, the memory, the comm (the threads go first)
 };
 
 // Sets `group.staging` up when the group is mixed (and its policy is
