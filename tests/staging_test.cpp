@@ -7,6 +7,7 @@
 // counted; bp_group_plan and bp_group_check; groups staged from 4 threads.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
@@ -23,9 +24,12 @@ namespace {
 using namespace backplane::testing::collectives;
 using backplane::testing::devices_of_kind;
 
-// One host for the binary: 8 cpu devices, the first OpenCL and Vulkan devices.
+// One host for the binary: 8 cpu devices, the first OpenCL device, and two
+// Vulkan devices on lavapipe's one (ranks_per_device), so that a group can
+// hold two ranks of a kind other than cpu.
 Host &shared_host() {
-  static Host host = backplane::testing::make_builtin_host(R"({"cpu": {"devices": 8}})");
+  static Host host =
+      backplane::testing::make_builtin_host(R"({"cpu": {"devices": 8}, "vulkan": {"ranks_per_device": 2}})");
   return host;
 }
 
@@ -58,6 +62,9 @@ const std::vector<Mix> &mixes() {
       {"vulkan_cpu", {"vulkan:0", "cpu:5"}},
       {"opencl_vulkan", {"opencl:0", "vulkan:0"}},
       {"opencl_cpu_vulkan", {"opencl:0", "cpu:2", "vulkan:0"}},
+      // Two ranks of one kind: they reduce (or broadcast) among themselves
+      // first, and the leader is the root where the root is one of them.
+      {"vulkan_cpu_vulkan", {"vulkan:1", "cpu:4", "vulkan:0"}},
   };
   return all;
 }
@@ -105,6 +112,10 @@ std::vector<StagedCase> staged_cases() {
   for (size_t mix = 0; mix < mixes().size(); ++mix) {
     for (bp_collective c : {BP_ALL_REDUCE, BP_REDUCE, BP_BROADCAST, BP_ALL_GATHER, BP_REDUCE_SCATTER, BP_GATHER,
                             BP_SCATTER, BP_ALL_TO_ALL}) {
+      // The mix of two vulkan ranks is about the collectives a local kind changes.
+      if (std::string(mixes()[mix].label) == "vulkan_cpu_vulkan" &&
+          !(c == BP_ALL_REDUCE || c == BP_REDUCE || c == BP_BROADCAST || c == BP_ALL_GATHER))
+        continue;
       for (Placement p : {Placement::out_of_place, Placement::in_place, Placement::mixed}) {
         if (ref::is_reducing(c)) {
           cases.push_back({{c, BP_F32, BP_SUM, p}, mix});
@@ -521,6 +532,68 @@ TEST(StagingCounters, StagedBytesCountEveryCopy) {
     for (size_t block = 0; block < 2; ++block)
       EXPECT_EQ(std::memcmp(results[rank].data() + block * gathered * 4, inputs[block].data(), gathered * 4), 0)
           << "rank " << rank << ", block " << block;
+}
+
+// Two ranks of one kind beside a cpu rank: an all_reduce is a local reduce
+// to the first vulkan rank, one staged copy up and down of its sum, and a
+// local broadcast; a reduce to the cpu rank copies the vulkan sum up only; a
+// broadcast from a vulkan rank copies the root's data up only. avg stages
+// every rank (a mean of means is not the mean). Counted bytes say which.
+TEST(StagingLocalKinds, RanksOfOneKindCrossHostMemoryOnce) {
+  REQUIRE_KINDS("vulkan");
+  Host &host = shared_host();
+  const std::vector<Device> ranks = find_devices(host, {"vulkan:1", "cpu:6", "vulkan:0"});
+  Result<Group> group = host.create_group(ranks);
+  ASSERT_TRUE(group) << group.error().json();
+  const size_t count = 1000, bytes = count * 4;
+  std::vector<Buffer> send = filled_buffers(ranks, bytes, 7), recv = filled_buffers(ranks, bytes, 8);
+  const auto inputs = contents(send);
+  const auto as_u32 = [](const std::vector<unsigned char> &data, size_t i) {
+    uint32_t value;
+    std::memcpy(&value, data.data() + i * 4, 4);
+    return value;
+  };
+  uint64_t expected = 0;
+  ASSERT_TRUE(group->all_reduce(raw(send), raw(recv), count, BP_U32, BP_SUM));
+  EXPECT_EQ(counters_of(*group).staged_bytes, expected += 2 * bytes);
+  auto results = contents(recv);
+  for (size_t rank = 0; rank < 3; ++rank)
+    for (size_t i = 0; i < count; i += 97)
+      ASSERT_EQ(as_u32(results[rank], i), as_u32(inputs[0], i) + as_u32(inputs[1], i) + as_u32(inputs[2], i))
+          << "rank " << rank << ", element " << i;
+  EXPECT_EQ(contents(send), inputs) << "an all_reduce out of place changed its inputs";
+
+  ASSERT_TRUE(group->reduce(raw(send), raw(recv), count, BP_U32, BP_MAX, 1));
+  EXPECT_EQ(counters_of(*group).staged_bytes, expected += bytes);
+  results = contents(recv);
+  for (size_t i = 0; i < count; i += 97)
+    ASSERT_EQ(as_u32(results[1], i), std::max({as_u32(inputs[0], i), as_u32(inputs[1], i), as_u32(inputs[2], i)}));
+
+  ASSERT_TRUE(group->broadcast(raw(send), raw(recv), count, BP_U32, 2));
+  EXPECT_EQ(counters_of(*group).staged_bytes, expected += bytes);
+  EXPECT_EQ(contents(recv), std::vector(3, inputs[2]));
+
+  ASSERT_TRUE(group->all_reduce(raw(send), raw(recv), count, BP_F32, BP_AVG));
+  EXPECT_EQ(counters_of(*group).staged_bytes, expected += 4 * bytes) << "avg stages both vulkan ranks";
+  EXPECT_EQ(counters_of(*group).staged_calls, 4u);
+}
+
+// Large calls with a local kind, in chunks, against the reference: the
+// leader of the vulkan ranks is the root (rank 2, not the kind's first) or
+// the first, and the sum at a leader off the root is a buffer of staging's.
+TEST(StagingLocalKinds, ChunkedCallsMatchTheReference) {
+  REQUIRE_KINDS("vulkan");
+  const std::vector<std::string> devices{"vulkan:0", "cpu:3", "vulkan:1"};
+  for (const Case &call : {Case{BP_ALL_REDUCE, BP_F32, BP_SUM, Placement::mixed},
+                           Case{BP_REDUCE, BP_I32, BP_MIN, Placement::out_of_place},
+                           Case{BP_BROADCAST, BP_U8, BP_SUM, Placement::in_place}}) {
+    const size_t count = chunked_count(call, devices.size());
+    for (uint32_t root : {1u, 2u}) {
+      SCOPED_TRACE(case_name(call) + ", count " + std::to_string(count) + ", root " + std::to_string(root));
+      Runner(shared_host(), call, devices, count, root, Path::named_blocking).run();
+      if (HasFailure()) return;
+    }
+  }
 }
 
 }  // namespace

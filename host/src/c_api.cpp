@@ -512,14 +512,7 @@ void bp_buffer_destroy(bp_buffer *buffer) {
     } catch (...) {
     }
   }
-  if (!plugin.failed.load()) {
-    try {
-      plugin.functions.buffer_destroy(plugin.state, buffer->handle);
-    } catch (...) {
-      Status ignored = plugin_threw(plugin, "buffer_destroy", "an exception");
-      (void)ignored;
-    }
-  }
+  call_plugin_release(plugin, "buffer_destroy", [&] { plugin.functions.buffer_destroy(plugin.state, buffer->handle); });
   if (layers_saw) {
     try {
       bp_layer_outcome outcome{};

@@ -494,13 +494,7 @@ class GroupClaim {
 }
 
 void release(LoadedPlugin &plugin, bp_plugin_request *request) {
-  if (plugin.failed.load()) return;
-  try {
-    plugin.functions.request_release(plugin.state, request);
-  } catch (...) {
-    Status ignored = plugin_threw(plugin, "request_release", "an exception");
-    (void)ignored;
-  }
+  call_plugin_release(plugin, "request_release", [&] { plugin.functions.request_release(plugin.state, request); });
 }
 
 [[gnu::cold, gnu::noinline]] Status too_large(const bp_group &group, const bp_collective_request &request,
@@ -712,19 +706,10 @@ Status start(bp_group *group, const bp_collective_request *given, bool caller_wa
     wait_for_earlier(*group);
 
   LoadedPlugin &plugin = *group->kind->plugin;
-  bp_collective_args args{};
-  args.struct_size = sizeof args;
-  args.collective = request.collective;
-  args.dtype = request.dtype;
-  args.reduce_op = request.reduce_op;
-  args.root = request.root;
-  args.count = request.count;
-  args.rank_count = group->ranks.size();
-  if (request.collective != BP_BARRIER) {
-    args.send = group->send_handles.data();
-    args.recv = group->recv_handles.data();
-  }
-  args.flags = caller_waits ? BP_COLLECTIVE_CALLER_WAITS : 0;
+  const bp_collective_args args =
+      collective_args(request.collective, request.dtype, request.reduce_op, request.root, request.count,
+                      group->ranks.size(), group->send_handles.data(), group->recv_handles.data(),
+                      caller_waits ? BP_COLLECTIVE_CALLER_WAITS : 0);
   if (group->layered) [[unlikely]] {
     if (Status refused = before_collective(*group, request, caller_waits, *layered); !refused)
       return about(refused.take_error(), *group, request.collective, request.dtype, request.reduce_op);

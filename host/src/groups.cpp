@@ -88,7 +88,7 @@ Status create_group(bp_host *host, bp_device *const *ranks, size_t rank_count, c
         return plugin.functions.comm_info(plugin.state, group->comm, &info, sink);
       });
       if (!status) {
-        if (!plugin.failed.load()) plugin.functions.comm_destroy(plugin.state, group->comm);
+        call_plugin_release(plugin, "comm_destroy", [&] { plugin.functions.comm_destroy(plugin.state, group->comm); });
         return status;
       }
       group->route = read_bounded_string(info.route, kMaxPluginTextBytes).text;
@@ -112,14 +112,7 @@ void destroy_group(bp_group *group) {
   finish_in_flight(*group);
   if (group->comm) {
     LoadedPlugin &plugin = *group->kind->plugin;
-    if (!plugin.failed.load()) {
-      try {
-        plugin.functions.comm_destroy(plugin.state, group->comm);
-      } catch (...) {
-        Status ignored = plugin_threw(plugin, "comm_destroy", "an exception");
-        (void)ignored;
-      }
-    }
+    call_plugin_release(plugin, "comm_destroy", [&] { plugin.functions.comm_destroy(plugin.state, group->comm); });
   }
   delete group;
 }

@@ -135,6 +135,41 @@ Status call_plugin(LoadedPlugin &plugin, const char *function, Call &&call) {
   return plugin_failure(plugin, function, sink, code);
 }
 
+// A plugin function that releases something and reports nothing
+// (buffer_destroy, request_release, comm_destroy): skipped once the plugin
+// failed, where its state may be gone; a throw marks the plugin failed.
+template <typename Call>
+void call_plugin_release(LoadedPlugin &plugin, const char *function, Call &&call) {
+  if (plugin.failed.load(std::memory_order_relaxed)) return;
+  try {
+    call();
+  } catch (...) {
+    Status ignored = plugin_threw(plugin, function, "an exception");
+    (void)ignored;
+  }
+}
+
+// One collective's arguments for a plugin's collective_start over a comm of
+// `rank_count` ranks; send and recv are left NULL for barrier.
+inline bp_collective_args collective_args(uint32_t collective, uint32_t dtype, uint32_t reduce_op, uint32_t root,
+                                          size_t count, size_t rank_count, bp_plugin_buffer *const *send,
+                                          bp_plugin_buffer *const *recv, uint32_t flags) {
+  bp_collective_args args{};
+  args.struct_size = sizeof args;
+  args.collective = collective;
+  args.dtype = dtype;
+  args.reduce_op = reduce_op;
+  args.root = root;
+  args.count = count;
+  args.rank_count = rank_count;
+  if (collective != BP_BARRIER) {
+    args.send = send;
+    args.recv = recv;
+  }
+  args.flags = flags;
+  return args;
+}
+
 // A device kind and what runs on it.
 struct DeviceKind {
   std::string name;

@@ -84,13 +84,9 @@ Expected<nlohmann::json> layer_options(const LayerKind &kind, const nlohmann::js
 
 void destroy_instance(LayerKind &kind, bp_layer_instance *handle) noexcept {
   LoadedPlugin &plugin = *kind.plugin;
-  if (plugin.failed.load() || !plugin.layer_functions.instance_destroy) return;
-  try {
-    plugin.layer_functions.instance_destroy(plugin.state, handle);
-  } catch (...) {
-    Status ignored = plugin_threw(plugin, "instance_destroy", "an exception");
-    (void)ignored;
-  }
+  if (!plugin.layer_functions.instance_destroy) return;
+  call_plugin_release(plugin, "instance_destroy",
+                      [&] { plugin.layer_functions.instance_destroy(plugin.state, handle); });
 }
 
 // A layer's refusal or failure, with the layer and the device named.

@@ -25,22 +25,21 @@ constexpr const char *kReducerKind = "cpu";
 constexpr std::align_val_t kStagingAlignment{64};
 constexpr size_t kStagingGranule = 4096;
 
-void destroy_wrapped(LoadedPlugin &plugin, bp_plugin_buffer *&buffer) {
+void destroy_buffer(LoadedPlugin &plugin, bp_plugin_buffer *&buffer) {
   if (!buffer) return;
-  if (!plugin.failed.load()) {
-    try {
-      plugin.functions.buffer_destroy(plugin.state, buffer);
-    } catch (...) {
-      Status ignored = plugin_threw(plugin, "buffer_destroy", "an exception");
-      (void)ignored;
-    }
-  }
+  call_plugin_release(plugin, "buffer_destroy", [&] { plugin.functions.buffer_destroy(plugin.state, buffer); });
   buffer = nullptr;
 }
 
+void destroy_comm(LoadedPlugin &plugin, bp_plugin_comm *&comm) {
+  if (!comm) return;
+  call_plugin_release(plugin, "comm_destroy", [&] { plugin.functions.comm_destroy(plugin.state, comm); });
+  comm = nullptr;
+}
+
 void release_area(LoadedPlugin &plugin, Staging::Area &area) {
-  destroy_wrapped(plugin, area.send);
-  destroy_wrapped(plugin, area.recv);
+  destroy_buffer(plugin, area.send);
+  destroy_buffer(plugin, area.recv);
   ::operator delete[](area.send_memory, kStagingAlignment);
   area = Staging::Area{};
 }
@@ -120,63 +119,57 @@ Status host_memory_of(Staging &staging, const bp_plugin_buffer *buffer, std::byt
   return status;
 }
 
-Status run_reducer(Staging &staging, const StagedArgs &request, size_t ranks, size_t count) {
-  LoadedPlugin &plugin = *staging.reducer->plugin;
-  bp_collective_args args{};
-  args.struct_size = sizeof args;
-  args.collective = request.collective;
-  args.dtype = request.dtype;
-  args.reduce_op = request.reduce_op;
-  args.root = request.root;
-  args.count = count;
-  args.rank_count = ranks;
-  if (request.collective != BP_BARRIER) {
-    args.send = staging.send_handles.data();
-    args.recv = staging.recv_handles.data();
-  }
-  args.flags = BP_COLLECTIVE_CALLER_WAITS;
+// One collective on `comm` of `plugin`, waited for on this thread.
+Status run_collective(LoadedPlugin &plugin, bp_plugin_comm *comm, const bp_collective_args &args) {
   bp_plugin_request *started = nullptr;
   Status status = call_plugin(plugin, "collective_start", [&](bp_error_sink *sink) {
-    return plugin.functions.collective_start(plugin.state, staging.comm, &args, &started, sink);
+    return plugin.functions.collective_start(plugin.state, comm, &args, &started, sink);
   });
   if (!status || !started) return status;
   status = call_plugin(plugin, "request_wait", [&](bp_error_sink *sink) {
     return plugin.functions.request_wait(plugin.state, started, -1, sink);
   });
-  if (!plugin.failed.load()) {
-    try {
-      plugin.functions.request_release(plugin.state, started);
-    } catch (...) {
-      Status ignored = plugin_threw(plugin, "request_release", "an exception");
-      (void)ignored;
-    }
-  }
+  call_plugin_release(plugin, "request_release", [&] { plugin.functions.request_release(plugin.state, started); });
   return status;
+}
+
+// The reducer's collective on `count` elements over the handles staging set.
+Status run_reducer(Staging &staging, bp_plugin_comm *comm, const StagedArgs &request, size_t ranks, size_t count) {
+  return run_collective(*staging.reducer->plugin, comm,
+                        collective_args(request.collective, request.dtype, request.reduce_op, request.root, count,
+                                        ranks, staging.send_handles.data(), staging.recv_handles.data(),
+                                        BP_COLLECTIVE_CALLER_WAITS));
 }
 
 }  // namespace
 
-// One staged call cut into chunks of `chunk_count` elements of every block.
+// One staged call cut into chunks of `chunk_count` elements of every block,
+// over `ranks` participants of `comm`: participant p moves the buffers of
+// the group's rank members[p] (request's entry p), through the areas and
+// the cpu device of rank homes[p].
 struct StagedCall {
   bp_group &group;
   Staging &staging;
+  bp_plugin_comm *comm;
   const StagedArgs &request;
+  const size_t *members, *homes;
   size_t ranks, element, chunk_count, chunks;
   bool in_ranges;  // every buffer is one block: a chunk is one range of it
-
+  bool has_views = false;  // some participant is viewed
 
   size_t first_of(size_t chunk) const { return chunk * chunk_count; }
   size_t count_of(size_t chunk) const { return std::min(chunk_count, request.count - first_of(chunk)); }
   // A call of one chunk lets a cpu rank's own buffers take part.
-  bool own_buffers(size_t rank) const { return chunks == 1 && staging.direct[rank]; }
+  bool own_buffers(size_t rank) const { return chunks == 1 && staging.direct[members[rank]]; }
   // In several chunks, a cpu rank's chunk is a view of its own buffer.
   bool viewed(size_t rank) const {
-    return chunks > 1 && in_ranges && staging.direct[rank] && staging.reducer->plugin->functions.buffer_host_memory;
+    return chunks > 1 && in_ranges && staging.direct[members[rank]] &&
+           staging.reducer->plugin->functions.buffer_host_memory;
   }
   bool in_own_memory(size_t rank) const { return own_buffers(rank) || viewed(rank); }
   bool in_place(size_t rank) const { return request.in_place[rank] != 0; }
   const Staging::Area &area(size_t chunk, size_t rank) const {
-    return staging.areas[chunk % kSlots * ranks + rank];
+    return staging.areas[chunk % kSlots * group.ranks.size() + homes[rank]];
   }
   bp_rank_buffers use(size_t rank) const { return bp_rank_buffers_of(request.collective, ranks, rank == request.root); }
 
@@ -187,7 +180,7 @@ struct StagedCall {
               uint64_t &staged) const {
     const size_t count = count_of(chunk), bytes = count * element, block_stride = request.count * element;
     const size_t first = first_of(chunk) * element;
-    LoadedPlugin &plugin = *group.ranks[rank]->kind->plugin;
+    LoadedPlugin &plugin = *group.ranks[members[rank]]->kind->plugin;
     for (size_t block = blocks.first; block < blocks.first + blocks.count; ++block) {
       const size_t offset = block * block_stride + first;
       std::byte *host = memory + block * bytes;
@@ -197,7 +190,7 @@ struct StagedCall {
                          : call_plugin(plugin, "buffer_write", [&](bp_error_sink *sink) {
                              return plugin.functions.buffer_write(plugin.state, buffer, offset, host, bytes, sink);
                            });
-      if (!status) return status.take_error().with("rank", rank);
+      if (!status) return status.take_error().with("rank", members[rank]);
       staged += bytes;
     }
     return {};
@@ -209,16 +202,17 @@ struct StagedCall {
     LoadedPlugin &plugin = *staging.reducer->plugin;
     Status status = call_plugin(plugin, "buffer_wrap_host", [&](bp_error_sink *sink) {
       return plugin.functions.buffer_wrap_host(plugin.state, staging.reducer->index_in_plugin,
-                                               staging.reducer_devices[rank], memory + first * element,
+                                               staging.reducer_devices[homes[rank]], memory + first * element,
                                                count * element, &view, sink);
     });
     if (status && !view) status = plugin_returned_null(plugin, "buffer_wrap_host");
     return status;
   }
   void release_views() const {
+    if (!has_views) return;
     for (Staging::Area &view : staging.views) {
-      destroy_wrapped(*staging.reducer->plugin, view.send);
-      destroy_wrapped(*staging.reducer->plugin, view.recv);
+      destroy_buffer(*staging.reducer->plugin, view.send);
+      destroy_buffer(*staging.reducer->plugin, view.recv);
     }
   }
 
@@ -238,12 +232,12 @@ struct StagedCall {
         if (use.uses_send) {
           if (Status status = wrap_view(rank, staging.direct_send[rank], first_of(chunk), count_of(chunk), view.send);
               !status)
-            return status.take_error().with("rank", rank);
+            return status.take_error().with("rank", members[rank]);
         }
         if (use.uses_recv && !in_place) {
           if (Status status = wrap_view(rank, staging.direct_recv[rank], first_of(chunk), count_of(chunk), view.recv);
               !status)
-            return status.take_error().with("rank", rank);
+            return status.take_error().with("rank", members[rank]);
         }
         staging.send_handles[rank] = use.uses_send ? view.send : nullptr;
         staging.recv_handles[rank] = use.uses_recv ? (in_place ? view.send : view.recv) : nullptr;
@@ -315,7 +309,7 @@ Status run_pipelined(const StagedCall &call, uint64_t &staged) {
     if (chunk >= kSlots) staging.copier.wait_done(pipeline.first_job + chunk - kSlots + 1);
     if (pipeline.failed.load(std::memory_order_relaxed)) break;
     status = call.copy_up(chunk, staged);
-    if (status) status = run_reducer(staging, call.request, call.ranks, call.count_of(chunk));
+    if (status) status = run_reducer(staging, call.comm, call.request, call.ranks, call.count_of(chunk));
     call.release_views();
     if (!status) break;
     given = staging.copier.give() + 1;
@@ -329,20 +323,97 @@ Status run_pipelined(const StagedCall &call, uint64_t &staged) {
 
 }  // namespace
 
+namespace {
+
+void release_local_kinds(Staging &staging) {
+  for (Staging::LocalKind &local : staging.local_kinds) {
+    destroy_buffer(*local.kind->plugin, local.sum);
+    destroy_comm(*local.kind->plugin, local.comm);
+  }
+  staging.local_kinds.clear();
+  staging.leader_kinds.clear();
+  staging.leader_homes.clear();
+  if (staging.leader_comm) destroy_comm(*staging.reducer->plugin, staging.leader_comm);
+}
+
+const Staging::LocalKind *local_kind_of(const Staging &staging, size_t rank) {
+  for (const Staging::LocalKind &local : staging.local_kinds)
+    if (std::find(local.ranks.begin(), local.ranks.end(), rank) != local.ranks.end()) return &local;
+  return nullptr;
+}
+
+// A mixed group's kinds with several ranks, each with a comm of its own
+// plugin, and the reducer's comm over one participant per such kind beside
+// every other rank. Without them every call stages every rank, which runs
+// all the same: a failure here is a warning, not a refusal.
+void prepare_local_kinds(const bp_group &group, Staging &staging) {
+  const size_t ranks = group.ranks.size();
+  std::vector<Staging::LocalKind> kinds;
+  for (size_t rank = 0; rank < ranks; ++rank) {
+    DeviceKind *kind = group.ranks[rank]->kind;
+    if (kind == staging.reducer) continue;
+    auto local = std::find_if(kinds.begin(), kinds.end(), [&](const auto &known) { return known.kind == kind; });
+    if (local == kinds.end()) {
+      local = kinds.emplace(kinds.end());
+      local->kind = kind;
+      local->capabilities = kind->capabilities;
+    }
+    local->ranks.push_back(rank);
+    local->capabilities.intersect(group.ranks[rank]->capabilities());
+  }
+  std::erase_if(kinds, [](const auto &local) { return local.ranks.size() < 2; });
+  if (kinds.empty()) return;
+  staging.local_kinds = std::move(kinds);
+  const auto give_up = [&](const std::string &what, const Status &status) {
+    log(BP_LOG_WARN, "dispatch",
+        "group '" + group.name + "': " + what + " (" + status.error().message() +
+            "); every rank of the group is staged through host memory");
+    release_local_kinds(staging);
+  };
+  for (Staging::LocalKind &local : staging.local_kinds) {
+    std::vector<uint32_t> devices;
+    for (size_t rank : local.ranks) devices.push_back(group.ranks[rank]->index);
+    LoadedPlugin &plugin = *local.kind->plugin;
+    Status status = call_plugin(plugin, "comm_create", [&](bp_error_sink *sink) {
+      return plugin.functions.comm_create(plugin.state, local.kind->index_in_plugin, devices.data(), devices.size(),
+                                          &local.comm, sink);
+    });
+    if (status && !local.comm) status = plugin_returned_null(plugin, "comm_create");
+    if (!status) return give_up("no comm among the ranks of kind " + local.kind->name, status);
+    local.send.resize(local.ranks.size());
+    local.recv.resize(local.ranks.size());
+  }
+  std::vector<uint32_t> devices;
+  for (size_t rank = 0; rank < ranks; ++rank) {
+    const Staging::LocalKind *local = local_kind_of(staging, rank);
+    if (local && local->ranks[0] != rank) continue;
+    staging.leader_homes.push_back(rank);
+    staging.leader_kinds.push_back(local);
+    devices.push_back(staging.reducer_devices[rank]);
+  }
+  LoadedPlugin &plugin = *staging.reducer->plugin;
+  Status status = call_plugin(plugin, "comm_create", [&](bp_error_sink *sink) {
+    return plugin.functions.comm_create(plugin.state, staging.reducer->index_in_plugin, devices.data(),
+                                        devices.size(), &staging.leader_comm, sink);
+  });
+  if (status && !staging.leader_comm) status = plugin_returned_null(plugin, "comm_create");
+  if (!status) return give_up("no cpu comm over one rank per kind", status);
+  const size_t participants = devices.size();
+  staging.leader_members.resize(participants);
+  staging.leader_args.send.resize(participants);
+  staging.leader_args.recv.resize(participants);
+  staging.leader_args.in_place.resize(participants);
+}
+
+}  // namespace
+
 Staging::~Staging() {
   runner.stop();
   copier.stop();
+  release_local_kinds(*this);
   if (!reducer) return;
   for (Area &area : areas) release_area(*reducer->plugin, area);
-  LoadedPlugin &plugin = *reducer->plugin;
-  if (comm && !plugin.failed.load()) {
-    try {
-      plugin.functions.comm_destroy(plugin.state, comm);
-    } catch (...) {
-      Status ignored = plugin_threw(plugin, "comm_destroy", "an exception");
-      (void)ignored;
-    }
-  }
+  destroy_comm(*reducer->plugin, comm);
 }
 
 void StagingDeleter::operator()(Staging *staging) const { delete staging; }
@@ -420,6 +491,9 @@ void prepare_staging(bp_group &group, HostLock host_lock) {
   staging->direct_recv.resize(ranks);
   staging->views.resize(ranks);
   staging->recv_handles.resize(ranks);
+  staging->every_rank.resize(ranks);
+  for (size_t rank = 0; rank < ranks; ++rank) staging->every_rank[rank] = rank;
+  if (mixed) prepare_local_kinds(group, *staging);
   group.staging.reset(staging.release());
 }
 
@@ -438,13 +512,13 @@ void take_arguments(bp_group &group, const bp_collective_request &request) {
   }
 }
 
-Status run_staged(bp_group &group) {
+namespace {
+
+// Stages `request` over `ranks` participants of `comm` (StagedCall).
+Status stage_participants(bp_group &group, bp_plugin_comm *comm, const StagedArgs &request, const size_t *members,
+                          const size_t *homes, size_t ranks) {
   Staging &staging = *group.staging;
-  const StagedArgs &request = staging.args;
-  const size_t ranks = group.ranks.size();
   const uint32_t collective = request.collective;
-  if (collective == BP_BARRIER) return run_reducer(staging, request, ranks, 0);
-  if (request.count == 0) return {};  // nothing to move: no buffer of the reducer's is needed either
   // A chunk's area holds its elements of every block of the rank's largest
   // buffer; dispatch checked count x element x blocks for overflow.
   const size_t element = dtype_size(request.dtype);
@@ -455,23 +529,29 @@ Status run_staged(bp_group &group) {
     if (use.uses_recv) blocks = std::max<size_t>(blocks, use.recv_blocks);
   }
   const size_t chunk_count = std::min(request.count, std::max<size_t>(1, kMaxAreaBytes / (blocks * element)));
-  const StagedCall call{group, staging, request, ranks, element, chunk_count,
-                        (request.count + chunk_count - 1) / chunk_count, blocks == 1};
+  const size_t chunks = (request.count + chunk_count - 1) / chunk_count;
+  const bool in_ranges = blocks == 1;
+  bool has_views = false;
+  if (chunks > 1 && in_ranges && staging.reducer->plugin->functions.buffer_host_memory)
+    for (size_t rank = 0; rank < ranks; ++rank) has_views = has_views || staging.direct[members[rank]];
+  const StagedCall call{group,       staging, comm,   request,   members,  homes, ranks,
+                        element,     chunk_count, chunks, in_ranges, has_views};
   for (size_t rank = 0; rank < ranks; ++rank) {
     if (call.in_own_memory(rank)) continue;
+    const size_t home = homes[rank];
     for (size_t slot = 0; slot < std::min(kSlots, call.chunks); ++slot) {
-      if (Status status = ensure_area(staging, staging.areas[slot * ranks + rank], staging.reducer_devices[rank],
-                                      chunk_count * blocks * element);
+      if (Status status = ensure_area(staging, staging.areas[slot * group.ranks.size() + home],
+                                      staging.reducer_devices[home], chunk_count * blocks * element);
           !status)
-        return status.take_error().with("rank", rank);
+        return status.take_error().with("rank", members[rank]);
     }
   }
   for (size_t rank = 0; rank < ranks; ++rank) {
     if (!call.viewed(rank)) continue;
     if (Status status = host_memory_of(staging, request.send[rank], staging.direct_send[rank]); !status)
-      return status.take_error().with("rank", rank);
+      return status.take_error().with("rank", members[rank]);
     if (Status status = host_memory_of(staging, request.recv[rank], staging.direct_recv[rank]); !status)
-      return status.take_error().with("rank", rank);
+      return status.take_error().with("rank", members[rank]);
   }
 
   uint64_t staged = 0;
@@ -482,13 +562,160 @@ Status run_staged(bp_group &group) {
   } else {
     for (size_t chunk = 0; status && chunk < call.chunks; ++chunk) {
       status = call.copy_up(chunk, staged);
-      if (status) status = run_reducer(staging, request, ranks, call.count_of(chunk));
+      if (status) status = run_reducer(staging, comm, request, ranks, call.count_of(chunk));
       call.release_views();
       if (status) status = call.copy_back(chunk, staged);
     }
   }
   group.counters.add(group.counters.staged_bytes, staged);
   return status;
+}
+
+// The rank of a local kind whose buffers cross host memory: the root when
+// it is one of the kind's, else the kind's first rank.
+size_t leader_of(const Staging::LocalKind &local, const StagedArgs &request) {
+  if (request.collective != BP_ALL_REDUCE &&
+      std::find(local.ranks.begin(), local.ranks.end(), request.root) != local.ranks.end())
+    return request.root;
+  return local.ranks[0];
+}
+
+// Whether every local kind runs its part of the call natively: an
+// all_reduce is a local reduce to the leader and a broadcast from it, a
+// reduce the local reduce, a broadcast the local broadcast. Never avg: a
+// mean of the kinds' means is not the mean of the ranks.
+bool runs_locally_first(const Staging &staging, const StagedArgs &request) {
+  const uint32_t collective = request.collective;
+  if (!staging.leader_comm || request.count == 0) return false;
+  if (collective != BP_ALL_REDUCE && collective != BP_REDUCE && collective != BP_BROADCAST) return false;
+  if (collective != BP_BROADCAST && request.reduce_op == BP_AVG) return false;
+  const uint64_t bytes = uint64_t{request.count} * dtype_size(request.dtype);
+  for (const Staging::LocalKind &local : staging.local_kinds) {
+    const auto runs = [&](uint32_t local_collective, uint32_t mode) {
+      if (local.capabilities.lookup(local_collective, request.dtype, request.reduce_op, mode) != Support::yes)
+        return false;
+      const uint64_t limit = local.capabilities.max_bytes(local_collective, request.dtype);
+      return limit == 0 || bytes <= limit;
+    };
+    const size_t leader = leader_of(local, request);
+    const bool at_root = collective != BP_ALL_REDUCE && leader == request.root;
+    const uint32_t own_mode = request.in_place[leader] ? BP_CAPABILITY_IN_PLACE : BP_CAPABILITY_OUT_OF_PLACE;
+    const bool ok = collective == BP_ALL_REDUCE ? runs(BP_REDUCE, own_mode) && runs(BP_BROADCAST, BP_CAPABILITY_IN_PLACE)
+                    : collective == BP_REDUCE   ? runs(BP_REDUCE, at_root ? own_mode : BP_CAPABILITY_OUT_OF_PLACE)
+                                                : runs(BP_BROADCAST, at_root ? own_mode : BP_CAPABILITY_IN_PLACE);
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// A local kind's reduce to, or broadcast from, `leader` on its own plugin,
+// with the leader's buffers given and the others' the request's.
+Status run_local(Staging::LocalKind &local, uint32_t collective, const StagedArgs &request, size_t leader,
+                 bp_plugin_buffer *leader_send, bp_plugin_buffer *leader_recv) {
+  uint32_t local_root = 0;
+  for (size_t i = 0; i < local.ranks.size(); ++i) {
+    const size_t rank = local.ranks[i];
+    if (rank == leader) {
+      local_root = static_cast<uint32_t>(i);
+      local.send[i] = leader_send;
+      local.recv[i] = leader_recv;
+    } else {
+      local.send[i] = collective == BP_REDUCE ? request.send[rank] : nullptr;
+      local.recv[i] = collective == BP_REDUCE ? nullptr : request.recv[rank];
+    }
+  }
+  Status status = run_collective(*local.kind->plugin, local.comm,
+                                 collective_args(collective, request.dtype, request.reduce_op, local_root,
+                                                 request.count, local.ranks.size(), local.send.data(),
+                                                 local.recv.data(), BP_COLLECTIVE_CALLER_WAITS));
+  if (!status) return status.take_error().with("rank", leader);
+  return status;
+}
+
+// A buffer of `bytes` at least on the local kind's first rank's device.
+Status ensure_sum(const bp_group &group, Staging::LocalKind &local, size_t bytes) {
+  if (bytes <= local.sum_bytes) return {};
+  LoadedPlugin &plugin = *local.kind->plugin;
+  destroy_buffer(plugin, local.sum);
+  local.sum_bytes = 0;
+  Status status = call_plugin(plugin, "buffer_create", [&](bp_error_sink *sink) {
+    return plugin.functions.buffer_create(plugin.state, local.kind->index_in_plugin,
+                                          group.ranks[local.ranks[0]]->index, bytes, &local.sum, sink);
+  });
+  if (status && !local.sum) status = plugin_returned_null(plugin, "buffer_create");
+  if (!status) return status.take_error().with("rank", local.ranks[0]);
+  local.sum_bytes = bytes;
+  return {};
+}
+
+// The call with its local kinds first (runs_locally_first): each reduces to
+// its leader, the leaders and the other ranks are staged, and each local
+// kind's leader broadcasts the result to the kind's other ranks.
+Status run_with_local_kinds(bp_group &group) {
+  Staging &staging = *group.staging;
+  const StagedArgs &request = staging.args;
+  StagedArgs &leaders = staging.leader_args;
+  const uint32_t collective = request.collective;
+  leaders.collective = collective;
+  leaders.dtype = request.dtype;
+  leaders.reduce_op = request.reduce_op;
+  leaders.count = request.count;
+  leaders.root = 0;
+  const size_t participants = staging.leader_homes.size();
+  for (size_t p = 0; p < participants; ++p) {
+    const Staging::LocalKind *local = staging.leader_kinds[p];
+    const size_t member = local ? leader_of(*local, request) : staging.leader_homes[p];
+    staging.leader_members[p] = member;
+    if (member == request.root) leaders.root = static_cast<uint32_t>(p);
+    if (!local || collective == BP_BROADCAST) {
+      leaders.send[p] = request.send[member];
+      leaders.recv[p] = request.recv[member];
+      leaders.in_place[p] = request.in_place[member];
+      // A root of a local kind is only the source: the local broadcast fills its recv.
+      if (local && member == request.root) {
+        leaders.recv[p] = request.send[member];
+        leaders.in_place[p] = 1;
+      }
+      continue;
+    }
+    // The kind's sum lands at the leader and takes part in place there.
+    Staging::LocalKind &kind = staging.local_kinds[static_cast<size_t>(local - staging.local_kinds.data())];
+    bp_plugin_buffer *sum = request.recv[member];
+    if (collective == BP_REDUCE && member != request.root) {
+      if (Status status = ensure_sum(group, kind, request.count * dtype_size(request.dtype)); !status) return status;
+      sum = kind.sum;
+    }
+    if (Status status = run_local(kind, BP_REDUCE, request, member, request.send[member], sum); !status)
+      return status;
+    leaders.send[p] = leaders.recv[p] = sum;
+    leaders.in_place[p] = 1;
+  }
+  if (Status status = stage_participants(group, staging.leader_comm, leaders, staging.leader_members.data(),
+                                         staging.leader_homes.data(), participants);
+      !status)
+    return status;
+  if (collective == BP_REDUCE) return {};
+  for (Staging::LocalKind &local : staging.local_kinds) {
+    const size_t leader = leader_of(local, request);
+    bp_plugin_buffer *source = collective == BP_BROADCAST && leader == request.root ? request.send[leader]
+                                                                                    : request.recv[leader];
+    if (Status status = run_local(local, BP_BROADCAST, request, leader, source, request.recv[leader]); !status)
+      return status;
+  }
+  return {};
+}
+
+}  // namespace
+
+Status run_staged(bp_group &group) {
+  Staging &staging = *group.staging;
+  const StagedArgs &request = staging.args;
+  const size_t ranks = group.ranks.size();
+  if (request.collective == BP_BARRIER) return run_reducer(staging, staging.comm, request, ranks, 0);
+  if (request.count == 0) return {};  // nothing to move: no buffer of the reducer's is needed either
+  if (runs_locally_first(staging, request)) return run_with_local_kinds(group);
+  return stage_participants(group, staging.comm, request, staging.every_rank.data(), staging.every_rank.data(),
+                            ranks);
 }
 
 namespace {

@@ -92,8 +92,9 @@ struct StagedArgs {
 };
 
 // The reducer's side of a group: a cpu comm over one cpu device per rank,
-// the staging memory, the worker that copies results back, and the runner
-// that runs _async calls apart from their caller.
+// the staging memory, the local comms of kinds with several ranks, the
+// worker that copies results back, and the runner that runs _async calls
+// apart from their caller.
 struct Staging {
   DeviceKind *reducer = nullptr;  // the cpu kind
   bp_plugin_comm *comm = nullptr;
@@ -113,6 +114,35 @@ struct Staging {
   std::vector<Area> areas;
   // The reducer call's handles, sized once.
   std::vector<bp_plugin_buffer *> send_handles, recv_handles;
+  // The ranks a call over `comm` stages: every rank, each its own home.
+  std::vector<size_t> every_rank;
+
+  // A kind other than cpu with several ranks in the group. In an
+  // all_reduce, reduce or broadcast its ranks reduce to one leader (or
+  // take the leader's data) on their own plugin, and only the leader's data
+  // crosses host memory: `leader_comm` stages one participant per such
+  // kind beside each other rank.
+  struct LocalKind {
+    DeviceKind *kind = nullptr;
+    bp_plugin_comm *comm = nullptr;  // over the devices of `ranks`, in that order
+    std::vector<size_t> ranks;       // the group's ranks of this kind
+    CapabilitySet capabilities;      // what every one of them runs
+    std::vector<bp_plugin_buffer *> send, recv;  // the local call's handles
+    // A reduce's local sum when the root is of another kind: a buffer on
+    // the device of ranks[0], the leader then, kept for later calls.
+    bp_plugin_buffer *sum = nullptr;
+    size_t sum_bytes = 0;
+  };
+  std::vector<LocalKind> local_kinds;  // empty: every call stages every rank
+  bp_plugin_comm *leader_comm = nullptr;
+  // Participant p of leader_comm: the rank whose areas and cpu device it
+  // uses (its kind's first rank, or a rank alone in its kind), the local
+  // kind it stands for (or none), and per call the rank whose buffers it
+  // moves (its kind's leader) with the arguments of the call over them.
+  std::vector<size_t> leader_homes;
+  std::vector<const LocalKind *> leader_kinds;
+  std::vector<size_t> leader_members;
+  StagedArgs leader_args;
   // A direct rank's buffers in host memory in this call, and the views of
   // the chunk being computed (per rank; memory unused).
   std::vector<std::byte *> direct_send, direct_recv;
@@ -142,7 +172,7 @@ struct Staging {
   Staging() = default;
   Staging(const Staging &) = delete;
   Staging &operator=(const Staging &) = delete;
-  ~Staging();  // the wrapped buffers, the memory, the comm (the threads go first)
+  ~Staging();  // the wrapped buffers, the memory, the comms (the threads go first)
 };
 
 // Sets `group.staging` up when the group is mixed (and its policy is
