@@ -156,6 +156,10 @@ struct StagedCall {
   size_t ranks, element, chunk_count, chunks;
   bool in_ranges;  // every buffer is one block: a chunk is one range of it
   bool has_views = false;  // some participant is viewed
+  // An all_reduce or reduce computes a copied rank's chunk in place in its
+  // send area (the input is in host memory only for the reducer): half the
+  // host memory touched, out of place as in place.
+  bool reduces_in_area = false;
 
   size_t first_of(size_t chunk) const { return chunk * chunk_count; }
   size_t count_of(size_t chunk) const { return std::min(chunk_count, request.count - first_of(chunk)); }
@@ -245,8 +249,9 @@ struct StagedCall {
       }
       const Staging::Area &area = this->area(chunk, rank);
       const bool in_place = use.uses_send && use.uses_recv && this->in_place(rank);
+      const bool in_area = in_place || (reduces_in_area && use.uses_send && use.uses_recv);
       staging.send_handles[rank] = use.uses_send ? area.send : nullptr;
-      staging.recv_handles[rank] = use.uses_recv ? (in_place ? area.send : area.recv) : nullptr;
+      staging.recv_handles[rank] = use.uses_recv ? (in_area ? area.send : area.recv) : nullptr;
       if (!use.uses_send) continue;
       const Blocks input = in_place ? in_place_input(request.collective, rank, ranks) : Blocks{0, use.send_blocks};
       if (Status status = copy(chunk, rank, true, request.send[rank], input, area.send_memory, staged); !status)
@@ -265,8 +270,9 @@ struct StagedCall {
       const bool in_place = use.uses_send && this->in_place(rank);
       const Blocks result = in_place ? in_place_result(request.collective, rank, rank == request.root, ranks)
                                      : Blocks{0, use.recv_blocks};
+      const bool in_area = in_place || (reduces_in_area && use.uses_send);
       if (Status status = copy(chunk, rank, false, request.recv[rank], result,
-                               in_place ? area.send_memory : area.recv_memory, staged);
+                               in_area ? area.send_memory : area.recv_memory, staged);
           !status)
         return status;
     }
@@ -534,8 +540,11 @@ Status stage_participants(bp_group &group, bp_plugin_comm *comm, const StagedArg
   bool has_views = false;
   if (chunks > 1 && in_ranges && staging.reducer->plugin->functions.buffer_host_memory)
     for (size_t rank = 0; rank < ranks; ++rank) has_views = has_views || staging.direct[members[rank]];
-  const StagedCall call{group,       staging, comm,   request,   members,  homes, ranks,
-                        element,     chunk_count, chunks, in_ranges, has_views};
+  const bool reduces_in_area =
+      (collective == BP_ALL_REDUCE || collective == BP_REDUCE) &&
+      (staging.reducer->capabilities.flags(collective, request.dtype) & BP_CAPABILITY_IN_PLACE);
+  const StagedCall call{group,   staging,     comm,   request,   members,   homes,          ranks,
+                        element, chunk_count, chunks, in_ranges, has_views, reduces_in_area};
   for (size_t rank = 0; rank < ranks; ++rank) {
     if (call.in_own_memory(rank)) continue;
     const size_t home = homes[rank];
