@@ -275,6 +275,8 @@ const BadFleet kBadFleets[] = {
         .reason_has("has the wrong type (boolean): expected a size expression such as \"8B..64MiB x4\", or a list"),
     BadFleet("sizes_list_item_wrong_type", BP_CONFIG, "/workload/0/sizes/1", R"({"bytes": 8})")
         .reason_has("has the wrong type (object): expected a byte count"),
+    BadFleet("local_first_unknown", BP_CONFIG, "/groups/0/local_first", R"("sometimes")")
+        .reason_has("known: auto, always, never"),
     BadFleet("in_place_not_allowed", BP_CONFIG, "/workload/0/in_place", R"("yes")")
         .reason_has("\"yes\" is not true, false or \"both\""),
     // Stage (b): meaning.

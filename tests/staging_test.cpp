@@ -55,7 +55,18 @@ bool kind_required(const std::string &kind) {
 struct Mix {
   const char *label;
   std::vector<std::string> devices;
+  const bp_group_options *options = nullptr;
 };
+
+// lavapipe computes on the host's cores, so only "always" runs two vulkan
+// ranks locally first on this machine.
+bp_group_options local_first(bp_local_first when) {
+  bp_group_options options{};
+  options.struct_size = sizeof options;
+  options.local_first = when;
+  return options;
+}
+const bp_group_options kLocalFirst = local_first(BP_LOCAL_FIRST_ALWAYS);
 const std::vector<Mix> &mixes() {
   static const std::vector<Mix> all = {
       {"cpu_opencl", {"cpu:3", "opencl:0"}},
@@ -64,7 +75,7 @@ const std::vector<Mix> &mixes() {
       {"opencl_cpu_vulkan", {"opencl:0", "cpu:2", "vulkan:0"}},
       // Two ranks of one kind: they reduce (or broadcast) among themselves
       // first, and the leader is the root where the root is one of them.
-      {"vulkan_cpu_vulkan", {"vulkan:1", "cpu:4", "vulkan:0"}},
+      {"vulkan_cpu_vulkan", {"vulkan:1", "cpu:4", "vulkan:0"}, &kLocalFirst},
   };
   return all;
 }
@@ -99,12 +110,12 @@ TEST_P(StagedCollectives, MatchesReference) {
     for (uint32_t root : roots) {
       SCOPED_TRACE("count " + std::to_string(count) + ", root " + std::to_string(root) + ", through " +
                    path_name(path_for(count)));
-      Runner(host, c.call, mix.devices, count, root, path_for(count)).run();
+      Runner(host, c.call, mix.devices, count, root, path_for(count), mix.options).run();
       if (HasFailure()) return;
     }
   }
   SCOPED_TRACE("count 65537, root " + std::to_string(n - 1));
-  Runner(host, c.call, mix.devices, 65537, static_cast<uint32_t>(n - 1), Path::named_blocking).run();
+  Runner(host, c.call, mix.devices, 65537, static_cast<uint32_t>(n - 1), Path::named_blocking, mix.options).run();
 }
 
 std::vector<StagedCase> staged_cases() {
@@ -400,6 +411,12 @@ TEST(StagingOptions, UnknownValuesAreInvalidArguments) {
   Result<Group> policy = host.create_group(ranks, options);
   ASSERT_FALSE(policy);
   EXPECT_EQ(policy.error().code(), BP_INVALID_ARGUMENT);
+  options.policy = BP_POLICY_STAGE;
+  options.local_first = 3;
+  Result<Group> local = host.create_group(ranks, options);
+  ASSERT_FALSE(local);
+  EXPECT_EQ(local.error().code(), BP_INVALID_ARGUMENT);
+  options.local_first = BP_LOCAL_FIRST_AUTO;
   // A 1.0 struct (no on_unsupported) is read as "error".
   options.policy = BP_POLICY_STAGE;
   options.on_unsupported = 0xFFFF;
@@ -543,8 +560,9 @@ TEST(StagingLocalKinds, RanksOfOneKindCrossHostMemoryOnce) {
   REQUIRE_KINDS("vulkan");
   Host &host = shared_host();
   const std::vector<Device> ranks = find_devices(host, {"vulkan:1", "cpu:6", "vulkan:0"});
-  Result<Group> group = host.create_group(ranks);
+  Result<Group> group = host.create_group(ranks, kLocalFirst);
   ASSERT_TRUE(group) << group.error().json();
+  EXPECT_EQ(bp_group_local_kinds(group->get()), 1u);
   const size_t count = 1000, bytes = count * 4;
   std::vector<Buffer> send = filled_buffers(ranks, bytes, 7), recv = filled_buffers(ranks, bytes, 8);
   const auto inputs = contents(send);
@@ -578,6 +596,23 @@ TEST(StagingLocalKinds, RanksOfOneKindCrossHostMemoryOnce) {
   EXPECT_EQ(counters_of(*group).staged_calls, 4u);
 }
 
+// "auto" leaves devices that compute on the host's cores (lavapipe) to
+// staging, as "never" leaves every kind: each vulkan rank is copied.
+TEST(StagingLocalKinds, AutoAndNeverStageEveryRankOfLavapipe) {
+  REQUIRE_KINDS("vulkan");
+  Host &host = shared_host();
+  const std::vector<Device> ranks = find_devices(host, {"vulkan:1", "cpu:6", "vulkan:0"});
+  for (bp_local_first when : {BP_LOCAL_FIRST_AUTO, BP_LOCAL_FIRST_NEVER}) {
+    Result<Group> group = host.create_group(ranks, local_first(when));
+    ASSERT_TRUE(group) << group.error().json();
+    EXPECT_EQ(bp_group_local_kinds(group->get()), 0u);
+    const size_t count = 1000, bytes = count * 4;
+    std::vector<Buffer> send = filled_buffers(ranks, bytes, 9), recv = filled_buffers(ranks, bytes, 10);
+    ASSERT_TRUE(group->all_reduce(raw(send), raw(recv), count, BP_U32, BP_SUM));
+    EXPECT_EQ(counters_of(*group).staged_bytes, 4 * bytes) << "local_first " << when;
+  }
+}
+
 // Large calls with a local kind, in chunks, against the reference: the
 // leader of the vulkan ranks is the root (rank 2, not the kind's first) or
 // the first, and the sum at a leader off the root is a buffer of staging's.
@@ -590,7 +625,7 @@ TEST(StagingLocalKinds, ChunkedCallsMatchTheReference) {
     const size_t count = chunked_count(call, devices.size());
     for (uint32_t root : {1u, 2u}) {
       SCOPED_TRACE(case_name(call) + ", count " + std::to_string(count) + ", root " + std::to_string(root));
-      Runner(shared_host(), call, devices, count, root, Path::named_blocking).run();
+      Runner(shared_host(), call, devices, count, root, Path::named_blocking, &kLocalFirst).run();
       if (HasFailure()) return;
     }
   }

@@ -412,6 +412,10 @@ class FleetLoader {
       options.on_unsupported = entry.value("on_unsupported", std::string("error")) == "stage"
                                    ? BP_ON_UNSUPPORTED_STAGE
                                    : BP_ON_UNSUPPORTED_ERROR;
+      const std::string local_first = entry.value("local_first", std::string("auto"));
+      options.local_first = local_first == "always" ? BP_LOCAL_FIRST_ALWAYS
+                            : local_first == "never" ? BP_LOCAL_FIRST_NEVER
+                                                     : BP_LOCAL_FIRST_AUTO;
       bp_group *group = nullptr;
       Status status = create_group(&host_, ranks.data(), ranks.size(), &options, &group, HostLock::held);
       if (!status) {

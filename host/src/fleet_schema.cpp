@@ -52,7 +52,7 @@ const std::map<std::string, std::vector<std::string>> &known_keys() {
   static const std::map<std::string, std::vector<std::string>> keys = {
       {"", {"version", "plugin_dirs", "plugin_pins", "probe", "devices", "groups", "workload"}},
       {"devices", {"name", "kind", "index", "count", "options", "over", "layers"}},
-      {"groups", {"name", "devices", "policy", "on_unsupported"}},
+      {"groups", {"name", "devices", "policy", "on_unsupported", "local_first"}},
       {"workload", {"group", "collective", "dtype", "op", "root", "sizes", "iterations", "warmup", "in_place", "check"}}};
   return keys;
 }
@@ -186,6 +186,7 @@ void add_schema_problem(Problems &problems, const nlohmann::json &document, std:
     if (field == "op") allowed = names_of(reduce_op_name, BP_REDUCE_OP_COUNT);
     if (field == "policy") allowed = {"stage", "reject"};
     if (field == "on_unsupported") allowed = {"error", "stage"};
+    if (field == "local_first") allowed = {"auto", "always", "never"};
     std::string list;
     for (const std::string &name : allowed) list += (list.empty() ? "" : ", ") + name;
     reason = "unknown " + field + " " + value.dump() + (list.empty() ? "" : " (known: " + list + ")");

@@ -36,6 +36,12 @@ Status create_group(bp_host *host, bp_device *const *ranks, size_t rank_count, c
             .hint("use BP_ON_UNSUPPORTED_ERROR or BP_ON_UNSUPPORTED_STAGE");
       group->on_unsupported = static_cast<uint32_t>(options->on_unsupported);
     }
+    if (options->struct_size >= BP_GROUP_OPTIONS_SIZE_V1_5) {
+      if (options->local_first > BP_LOCAL_FIRST_NEVER)
+        return Error(BP_INVALID_ARGUMENT, "bp_group_create: unknown local_first " + std::to_string(options->local_first))
+            .hint("use BP_LOCAL_FIRST_AUTO, BP_LOCAL_FIRST_ALWAYS or BP_LOCAL_FIRST_NEVER");
+      group->local_first = static_cast<uint32_t>(options->local_first);
+    }
   }
   for (size_t rank = 0; rank < rank_count; ++rank) {
     bp_device *device = ranks[rank];
@@ -133,6 +139,10 @@ bp_error *bp_group_create(bp_host *host, bp_device *const *ranks, size_t rank_co
 }
 
 size_t bp_group_size(const bp_group *group) { return group ? group->ranks.size() : 0; }
+
+size_t bp_group_local_kinds(const bp_group *group) {
+  return group && group->staging ? local_kind_count(*group->staging) : 0;
+}
 
 void bp_group_destroy(bp_group *group) {
   if (!group || group->owned_by_host) return;

@@ -296,6 +296,7 @@ struct bp_group {
   std::string name;
   uint32_t policy = BP_POLICY_STAGE;
   uint32_t on_unsupported = BP_ON_UNSUPPORTED_ERROR;
+  uint32_t local_first = BP_LOCAL_FIRST_AUTO;
   std::vector<bp_device *> ranks;
   // Set when every rank has one kind; the plugin's communicator then exists.
   backplane::DeviceKind *kind = nullptr;

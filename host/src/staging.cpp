@@ -367,7 +367,18 @@ void prepare_local_kinds(const bp_group &group, Staging &staging) {
     local->ranks.push_back(rank);
     local->capabilities.intersect(group.ranks[rank]->capabilities());
   }
-  std::erase_if(kinds, [](const auto &local) { return local.ranks.size() < 2; });
+  // auto: not among devices that compute on the host's cores, where the
+  // local step costs what staging them costs (lavapipe's all_reduce of two
+  // ranks measured 3x the staged call: docs/PERFORMANCE.md).
+  const auto on_host_cores = [&](const Staging::LocalKind &local) {
+    return std::all_of(local.ranks.begin(), local.ranks.end(), [&](size_t rank) {
+      return (group.ranks[rank]->flags & BP_DEVICE_ON_HOST_CORES) != 0;
+    });
+  };
+  std::erase_if(kinds, [&](const auto &local) {
+    return local.ranks.size() < 2 || group.local_first == BP_LOCAL_FIRST_NEVER ||
+           (group.local_first == BP_LOCAL_FIRST_AUTO && on_host_cores(local));
+  });
   if (kinds.empty()) return;
   staging.local_kinds = std::move(kinds);
   const auto give_up = [&](const std::string &what, const Status &status) {
@@ -421,6 +432,8 @@ Staging::~Staging() {
   for (Area &area : areas) release_area(*reducer->plugin, area);
   destroy_comm(*reducer->plugin, comm);
 }
+
+size_t local_kind_count(const Staging &staging) { return staging.local_kinds.size(); }
 
 void StagingDeleter::operator()(Staging *staging) const { delete staging; }
 

@@ -181,6 +181,9 @@ struct Staging {
 // loaded: ..."), and the group is created all the same.
 void prepare_staging(bp_group &group, HostLock host_lock);
 
+// How many kinds run locally first (Staging::LocalKind).
+size_t local_kind_count(const Staging &staging);
+
 // Keeps `request` as the group's staged call. Dispatch checked the
 // arguments (the group's send_handles/recv_handles hold the ranks' plugin
 // buffers) and that staging runs it, and no staged call is in flight; the

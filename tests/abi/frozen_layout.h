@@ -190,13 +190,15 @@
   SIZE_V1_0(BP_CAPABILITY_INFO_SIZE_V1_2, 56)             \
   FIELD(bp_capability_info, max_bytes, 48)                \
   SIZE_V1_0(BP_GROUP_OPTIONS_SIZE_V1_0, 28)               \
-  SIZEOF(bp_group_options, 40)                            \
+  SIZEOF(bp_group_options, 48)                            \
   FIELD(bp_group_options, struct_size, 0)                 \
   FIELD(bp_group_options, next, 8)                        \
   FIELD(bp_group_options, name, 16)                       \
   FIELD(bp_group_options, policy, 24)                     \
   SIZE_V1_0(BP_GROUP_OPTIONS_SIZE_V1_4, 40)               \
   FIELD(bp_group_options, on_unsupported, 32)             \
+  SIZE_V1_0(BP_GROUP_OPTIONS_SIZE_V1_5, 48)               \
+  FIELD(bp_group_options, local_first, 40)                \
   SIZE_V1_0(BP_GROUP_COUNTERS_SIZE_V1_4, 48)              \
   SIZEOF(bp_group_counters, 48)                           \
   FIELD(bp_group_counters, struct_size, 0)                \

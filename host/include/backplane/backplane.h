@@ -48,7 +48,7 @@ extern "C" {
 #endif
 
 #define BP_API_VERSION_MAJOR 1
-#define BP_API_VERSION_MINOR 4
+#define BP_API_VERSION_MINOR 5
 
 /* The largest struct_size an out-struct may claim. */
 #define BP_OUT_STRUCT_SIZE_MAX 4096u
@@ -339,6 +339,19 @@ typedef enum bp_unsupported_action {
   BP_ON_UNSUPPORTED_MAX_ENUM = 0x7FFFFFFF
 } bp_unsupported_action;
 
+/* Since 1.5: whether the ranks of one kind other than cpu in a staged
+ * group work among themselves on their own plugin first in an all_reduce,
+ * reduce (a local reduce to one leader per kind) or broadcast (the leader
+ * broadcasts to the others), so that only the leader's data crosses host
+ * memory. Never for avg (a mean of the kinds' means is not the mean), nor
+ * where the kind does not run that part natively. */
+typedef enum bp_local_first {
+  BP_LOCAL_FIRST_AUTO = 0,   /* unless every device of the kind is BP_DEVICE_ON_HOST_CORES */
+  BP_LOCAL_FIRST_ALWAYS = 1, /* every kind with several ranks */
+  BP_LOCAL_FIRST_NEVER = 2,  /* every rank is staged */
+  BP_LOCAL_FIRST_MAX_ENUM = 0x7FFFFFFF
+} bp_local_first;
+
 typedef struct bp_group_options {
   size_t struct_size;
   const void *next;
@@ -348,9 +361,15 @@ typedef struct bp_group_options {
    * the 1.0 struct's tail padding (offset 32): an older application may
    * leave that padding unset and still pass sizeof as struct_size. */
   uint64_t on_unsupported;
+  uint64_t local_first; /* since 1.5: bp_local_first */
 } bp_group_options;
 #define BP_GROUP_OPTIONS_SIZE_V1_0 BP_STRUCT_SIZE(bp_group_options, policy)
 #define BP_GROUP_OPTIONS_SIZE_V1_4 BP_STRUCT_SIZE(bp_group_options, on_unsupported)
+#define BP_GROUP_OPTIONS_SIZE_V1_5 BP_STRUCT_SIZE(bp_group_options, local_first)
+
+/* Since 1.5: how many kinds of a staged group run locally first
+ * (bp_local_first): 0 when every rank is staged, or for NULL. */
+BP_API size_t bp_group_local_kinds(const bp_group *group);
 
 /* ranks[r] is rank r; a device may appear once. `options` may be NULL. */
 BP_API bp_error *bp_group_create(bp_host *host, bp_device *const *ranks, size_t rank_count,

@@ -68,7 +68,7 @@ extern "C" {
 #endif
 
 #define BP_PLUGIN_ABI_MAJOR 1
-#define BP_PLUGIN_ABI_MINOR 4
+#define BP_PLUGIN_ABI_MINOR 5
 
 #if defined(__GNUC__)
 #define BP_PLUGIN_EXPORT __attribute__((visibility("default")))

@@ -129,6 +129,12 @@ static inline bp_rank_buffers bp_rank_buffers_of(uint32_t collective, size_t ran
 
 /* Device flags. */
 #define BP_DEVICE_HOST_ADDRESSABLE 0x1u /* buffers may wrap host memory */
+/* Since plugin ABI 1.5: the device computes on the host's own processors
+ * in host memory (an OpenCL or Vulkan device of type CPU: PoCL's pthread
+ * device, lavapipe). Work among such devices costs what staging through
+ * host memory costs, so a staged group does not run it locally first
+ * (bp_local_first). */
+#define BP_DEVICE_ON_HOST_CORES 0x2u
 
 /* The most layers one chain over a device may hold (1.3: plugin.h and
  * backplane.h, "layers"). */

@@ -129,7 +129,7 @@ std::int32_t Backend::device_info(bp_plugin_state &state, std::uint32_t device, 
   if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, description)) {
     info.description = strings.description.c_str();
   }
-  if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, flags)) info.flags = BP_DEVICE_HOST_ADDRESSABLE;
+  if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, flags)) info.flags = BP_DEVICE_HOST_ADDRESSABLE | BP_DEVICE_ON_HOST_CORES;
   if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, memory_bytes)) info.memory_bytes = state.memory_bytes;
   // Every cpu device supports all its kind declares.
   if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, capabilities)) info.capabilities = nullptr;

@@ -133,6 +133,7 @@ std::unique_ptr<Device> describe_device(cl_device_id id, std::size_t platform_in
   const std::string extensions = device_string(id, CL_DEVICE_EXTENSIONS);
   const std::string profile = device_string(id, CL_DEVICE_PROFILE);
   const cl_device_type type = device_value<cl_device_type>(id, CL_DEVICE_TYPE, 0);
+  device->on_host_cores = (type & CL_DEVICE_TYPE_CPU) != 0;
   device->features.fp64 = has_extension(extensions, "cl_khr_fp64") ||
                           device_value<cl_device_fp_config>(id, CL_DEVICE_DOUBLE_FP_CONFIG, 0) != 0;
   device->features.fp16 = has_extension(extensions, "cl_khr_fp16");
@@ -342,7 +343,8 @@ std::int32_t Backend::device_info(bp_plugin_state &state, std::uint32_t device_i
   if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, name)) info.name = device.name.c_str();
   if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, description)) info.description = device.description.c_str();
   // Buffers live in device memory: nothing wraps the caller's memory.
-  if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, flags)) info.flags = 0;
+  if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, flags))
+    info.flags = device.on_host_cores ? BP_DEVICE_ON_HOST_CORES : 0;
   if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, memory_bytes)) info.memory_bytes = device.global_memory_bytes;
   if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, capabilities)) {
     info.capabilities = device.capabilities.data();

@@ -82,6 +82,7 @@ struct Device {
   std::string description;   // one line for device_info
   std::uint64_t global_memory_bytes = 0;
   std::uint64_t max_allocation_bytes = 0;  // CL_DEVICE_MAX_MEM_ALLOC_SIZE
+  bool on_host_cores = false;              // CL_DEVICE_TYPE_CPU
   DeviceFeatures features;
   // Named facts (device_info's properties), and the pointers handed out.
   std::vector<std::string> property_keys, property_values;

@@ -675,7 +675,8 @@ std::int32_t Backend::device_info(bp_plugin_state &state, std::uint32_t device_i
   if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, name)) info.name = device.name.c_str();
   if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, description)) info.description = device.description.c_str();
   if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, flags)) {
-    info.flags = gpu.host_pointer_alignment != 0 ? BP_DEVICE_HOST_ADDRESSABLE : 0;
+    info.flags = (gpu.host_pointer_alignment != 0 ? BP_DEVICE_HOST_ADDRESSABLE : 0) |
+                 (gpu.type == VK_PHYSICAL_DEVICE_TYPE_CPU ? BP_DEVICE_ON_HOST_CORES : 0);
   }
   if (size >= BP_STRUCT_SIZE(bp_plugin_device_info, memory_bytes)) {
     std::uint64_t device_local = 0;
