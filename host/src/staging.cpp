@@ -342,8 +342,8 @@ void release_local_kinds(Staging &staging) {
   if (staging.leader_comm) destroy_comm(*staging.reducer->plugin, staging.leader_comm);
 }
 
-const Staging::LocalKind *local_kind_of(const Staging &staging, size_t rank) {
-  for (const Staging::LocalKind &local : staging.local_kinds)
+Staging::LocalKind *local_kind_of(Staging &staging, size_t rank) {
+  for (Staging::LocalKind &local : staging.local_kinds)
     if (std::find(local.ranks.begin(), local.ranks.end(), rank) != local.ranks.end()) return &local;
   return nullptr;
 }
@@ -387,6 +387,8 @@ void prepare_local_kinds(const bp_group &group, Staging &staging) {
             "); every rank of the group is staged through host memory");
     release_local_kinds(staging);
   };
+  Status failed;
+  std::string failed_kind;
   for (Staging::LocalKind &local : staging.local_kinds) {
     std::vector<uint32_t> devices;
     for (size_t rank : local.ranks) devices.push_back(group.ranks[rank]->index);
@@ -396,13 +398,19 @@ void prepare_local_kinds(const bp_group &group, Staging &staging) {
                                           &local.comm, sink);
     });
     if (status && !local.comm) status = plugin_returned_null(plugin, "comm_create");
-    if (!status) return give_up("no comm among the ranks of kind " + local.kind->name, status);
+    if (!status) {
+      failed = std::move(status);
+      failed_kind = local.kind->name;
+      break;
+    }
     local.send.resize(local.ranks.size());
     local.recv.resize(local.ranks.size());
   }
+  // Given up after the loop: it releases every local kind's comm.
+  if (!failed) return give_up("no comm among the ranks of kind " + failed_kind, failed);
   std::vector<uint32_t> devices;
   for (size_t rank = 0; rank < ranks; ++rank) {
-    const Staging::LocalKind *local = local_kind_of(staging, rank);
+    Staging::LocalKind *local = local_kind_of(staging, rank);
     if (local && local->ranks[0] != rank) continue;
     staging.leader_homes.push_back(rank);
     staging.leader_kinds.push_back(local);
@@ -685,7 +693,7 @@ Status run_with_local_kinds(bp_group &group) {
   leaders.root = 0;
   const size_t participants = staging.leader_homes.size();
   for (size_t p = 0; p < participants; ++p) {
-    const Staging::LocalKind *local = staging.leader_kinds[p];
+    Staging::LocalKind *local = staging.leader_kinds[p];
     const size_t member = local ? leader_of(*local, request) : staging.leader_homes[p];
     staging.leader_members[p] = member;
     if (member == request.root) leaders.root = static_cast<uint32_t>(p);
@@ -701,13 +709,12 @@ Status run_with_local_kinds(bp_group &group) {
       continue;
     }
     // The kind's sum lands at the leader and takes part in place there.
-    Staging::LocalKind &kind = staging.local_kinds[static_cast<size_t>(local - staging.local_kinds.data())];
     bp_plugin_buffer *sum = request.recv[member];
     if (collective == BP_REDUCE && member != request.root) {
-      if (Status status = ensure_sum(group, kind, request.count * dtype_size(request.dtype)); !status) return status;
-      sum = kind.sum;
+      if (Status status = ensure_sum(group, *local, request.count * dtype_size(request.dtype)); !status) return status;
+      sum = local->sum;
     }
-    if (Status status = run_local(kind, BP_REDUCE, request, member, request.send[member], sum); !status)
+    if (Status status = run_local(*local, BP_REDUCE, request, member, request.send[member], sum); !status)
       return status;
     leaders.send[p] = leaders.recv[p] = sum;
     leaders.in_place[p] = 1;

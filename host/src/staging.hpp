@@ -140,7 +140,7 @@ struct Staging {
   // kind it stands for (or none), and per call the rank whose buffers it
   // moves (its kind's leader) with the arguments of the call over them.
   std::vector<size_t> leader_homes;
-  std::vector<const LocalKind *> leader_kinds;
+  std::vector<LocalKind *> leader_kinds;
   std::vector<size_t> leader_members;
   StagedArgs leader_args;
   // A direct rank's buffers in host memory in this call, and the views of
