@@ -102,29 +102,39 @@ class Runner {
   // creates the group.
   Runner(Host &host, const Case &c, std::vector<std::string> devices, std::size_t count, std::uint32_t root, Path path,
          const bp_group_options *options = nullptr)
-      : host_(host), c_(c), names_(std::move(devices)), n_(names_.size()), count_(count), root_(root), path_(path),
-        size_(bp_dtype_size(c.dtype)), options_(options) {}
+      : host_(host), c_(c), names_(std::move(devices)), n_(names_.size()), local_(names_.size()), count_(count),
+        root_(root), path_(path), size_(bp_dtype_size(c.dtype)), options_(options) {}
 
   void run() {
     ASSERT_EQ(ref::element_size(c_.dtype), size_);
     std::vector<Device> devices;
-    for (std::size_t r = 0; r < n_; ++r) {
+    for (std::size_t r = 0; r < local_; ++r) {
       Result<Device> device = host_.find_device(names_[r]);
       ASSERT_TRUE(device) << device.error().json();
       devices.push_back(*device);
     }
     Result<Group> group = options_ ? host_.create_group(devices, *options_) : host_.create_group(devices);
     ASSERT_TRUE(group) << group.error().json();
+    // A group across processes: this process holds ranks first_ .. first_ + local_ - 1 of n_.
+    bp_group_span_info span{};
+    span.struct_size = sizeof span;
+    Status spanned(bp_group_get_span(group->get(), &span));
+    ASSERT_TRUE(spanned) << spanned.error().json();
+    ASSERT_EQ(span.local_size, local_);
+    n_ = span.global_size;
+    first_ = span.first_rank;
 
-    // Buffers and where each rank's contribution and result live.
-    std::vector<std::optional<std::size_t>> send_slot(n_), recv_slot(n_);
+    // Buffers and where each local rank's contribution and result live
+    // (entry r: the global rank first_ + r).
+    std::vector<std::optional<std::size_t>> send_slot(local_), recv_slot(local_);
     std::vector<ref::RankLayout> layouts;
     // The root's sizes, for a buffer passed where a rank does not use one.
     const ref::RankLayout nominal = ref::rank_layout(reference_case(false), root_);
-    for (std::size_t r = 0; r < n_; ++r) {
-      const ref::RankLayout &l = layouts.emplace_back(ref::rank_layout(reference_case(in_place(r)), r));
-      const std::string rank = "[rank " + std::to_string(r) + "]";
-      if (in_place(r) && (l.has_send || l.has_recv)) {
+    for (std::size_t r = 0; r < local_; ++r) {
+      const std::size_t global = first_ + r;
+      const ref::RankLayout &l = layouts.emplace_back(ref::rank_layout(reference_case(in_place(global)), global));
+      const std::string rank = "[rank " + std::to_string(global) + "]";
+      if (in_place(global) && (l.has_send || l.has_recv)) {
         // One buffer as both send and recv, as large as the larger used side
         // (the reference lays a rank that uses one side only out of place).
         const std::size_t elements = std::max(l.send, l.recv);
@@ -148,12 +158,12 @@ class Runner {
     // Contributions, different for every rank and element, where each rank's
     // layout puts them.
     std::vector<std::vector<std::byte>> contributions(n_);
-    for (std::size_t r = 0; r < n_; ++r) {
-      contributions[r] = ref::make_contribution(reference_case(false), r);
-      if (contributions[r].empty()) continue;  // memcpy from an empty vector's NULL is undefined
+    for (std::size_t g = 0; g < n_; ++g) contributions[g] = ref::make_contribution(reference_case(false), g);
+    for (std::size_t r = 0; r < local_; ++r) {
+      const std::vector<std::byte> &contribution = contributions[first_ + r];
+      if (contribution.empty()) continue;  // memcpy from an empty vector's NULL is undefined
       Slot &slot = slots_[*send_slot[r]];
-      std::memcpy(slot.initial.data() + layouts[r].input_offset * size_, contributions[r].data(),
-                  contributions[r].size());
+      std::memcpy(slot.initial.data() + layouts[r].input_offset * size_, contribution.data(), contribution.size());
     }
     for (Slot &slot : slots_) {
       slot.expected = slot.initial;
@@ -161,16 +171,16 @@ class Runner {
     }
 
     // The reference result, where each rank's layout puts it.
-    for (std::size_t r = 0; r < n_; ++r) {
-      const std::vector<std::byte> result = ref::reference_result(reference_case(false), contributions, r);
+    for (std::size_t r = 0; r < local_; ++r) {
+      const std::vector<std::byte> result = ref::reference_result(reference_case(false), contributions, first_ + r);
       if (result.empty()) continue;
       std::memcpy(slots_[*recv_slot[r]].expected.data() + layouts[r].result_offset * size_, result.data(),
                   result.size());
     }
 
     // Run it.
-    std::vector<bp_buffer *> send(n_, nullptr), recv(n_, nullptr);
-    for (std::size_t r = 0; r < n_; ++r) {
+    std::vector<bp_buffer *> send(local_, nullptr), recv(local_, nullptr);
+    for (std::size_t r = 0; r < local_; ++r) {
       if (send_slot[r]) send[r] = slots_[*send_slot[r]].buffer.get();
       if (recv_slot[r]) recv[r] = slots_[*recv_slot[r]].buffer.get();
     }
@@ -293,7 +303,7 @@ class Runner {
   Host &host_;
   Case c_;
   std::vector<std::string> names_;
-  std::size_t n_, count_;
+  std::size_t n_, local_, first_ = 0, count_;
   std::uint32_t root_;
   Path path_;
   std::size_t size_;

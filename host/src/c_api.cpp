@@ -285,6 +285,7 @@ bp_error *bp_host_plugin(const bp_host *host, size_t index, bp_plugin_info *out)
     info.kind_status = plugin.kind_status_pointers.data();
     info.layer_kinds = plugin.layer_kind_pointers.data();
     info.layer_kind_count = plugin.layer_kind_pointers.size();
+    info.transport = plugin.transport.c_str();
     return write_out("bp_host_plugin", out, info, BP_PLUGIN_INFO_SIZE_V1_0);
   });
 }

@@ -16,6 +16,7 @@
 #include "host.hpp"
 #include "layers.hpp"
 #include "names.hpp"
+#include "span.hpp"
 #include "staging.hpp"
 
 namespace backplane {
@@ -307,7 +308,7 @@ Status check_enums(const bp_group &group, uint32_t collective, uint32_t dtype, u
 [[gnu::cold, gnu::noinline]] Status root_error(const bp_group &group, const bp_collective_request &request) {
   return invalid(group, request.collective, request.dtype, request.reduce_op,
                  "root " + std::to_string(request.root) + " is outside the group of " +
-                     std::to_string(group.ranks.size()));
+                     std::to_string(group.global_ranks));
 }
 
 [[gnu::cold, gnu::noinline]] Status null_arrays_error(const bp_group &group, const bp_collective_request &request) {
@@ -373,7 +374,8 @@ constexpr size_t kPairwiseRanks = 4;
   HostRange *const sends = storage, *const recvs = storage + ranks, *const merged = storage + 2 * ranks;
   size_t send_count = 0, recv_count = 0;
   for (size_t rank = 0; rank < ranks; ++rank) {
-    const bp_rank_buffers use = bp_rank_buffers_of(request.collective, ranks, rank == request.root);
+    const bp_rank_buffers use =
+        bp_rank_buffers_of(request.collective, group.global_ranks, group.first_rank + rank == request.root);
     const bp_buffer *send = use.uses_send ? request.send[rank] : nullptr;
     const bp_buffer *recv = use.uses_recv ? request.recv[rank] : nullptr;
     const size_t send_bytes = use.send_blocks == 1 ? block : all_blocks;
@@ -435,8 +437,9 @@ Status check_arguments(bp_group &group, const bp_collective_request &request, ui
   const uint32_t collective = request.collective, dtype = request.dtype;
   if (!enums_valid(collective, dtype, request.reduce_op)) [[unlikely]]
     return enum_error(group, collective, dtype, request.reduce_op);
-  const size_t ranks = group.ranks.size();
-  if (collective_has_root(collective) && request.root >= ranks) [[unlikely]]
+  // A group across processes: this process's ranks, numbered from first_rank of global_ranks.
+  const size_t ranks = group.ranks.size(), global = group.global_ranks;
+  if (collective_has_root(collective) && request.root >= global) [[unlikely]]
     return root_error(group, request);
   *mode_flags = 0;
   if (collective == BP_BARRIER) return {};
@@ -444,11 +447,11 @@ Status check_arguments(bp_group &group, const bp_collective_request &request, ui
     return null_arrays_error(group, request);
   size_t block = 0, all_blocks = 0;
   if (__builtin_mul_overflow(request.count, dtype_size(dtype), &block) ||
-      __builtin_mul_overflow(block, ranks, &all_blocks)) [[unlikely]]
+      __builtin_mul_overflow(block, global, &all_blocks)) [[unlikely]]
     return overflow_error(group, request);
   bool host_memory = false;  // a buffer wraps host memory: check_host_overlap
   for (size_t rank = 0; rank < ranks; ++rank) {
-    const bp_rank_buffers use = bp_rank_buffers_of(collective, ranks, rank == request.root);
+    const bp_rank_buffers use = bp_rank_buffers_of(collective, global, group.first_rank + rank == request.root);
     // Blocks are 1 or `ranks`, so neither product overflows once all_blocks did not.
     const size_t send_bytes = use.send_blocks == 1 ? block : all_blocks;
     const size_t recv_bytes = use.recv_blocks == 1 ? block : all_blocks;
@@ -673,6 +676,36 @@ void track(bp_group &group, const std::shared_ptr<InFlight> &in_flight) {
   return {};
 }
 
+// A collective on a group across processes (span.hpp): the local kind's
+// table and the transport's rows, then the phases, completed before it
+// returns (an _async call's event is complete when it has it).
+[[gnu::cold, gnu::noinline]] Status start_spanning(bp_group &group, const bp_collective_request &request) {
+  const uint32_t collective = request.collective, dtype = request.dtype, op = request.reduce_op;
+  // Every call counts, a refused one too: a process whose call never
+  // reached the others carries a later sequence number into its next one,
+  // which the mismatch guard then catches.
+  ++group.span->calls;
+  uint32_t mode_flags = 0;
+  size_t largest_bytes = 0;
+  if (Status status = check_arguments(group, request, &mode_flags, &largest_bytes); !status) return status;
+  if (group.span->broken.load(std::memory_order_acquire))
+    return refused(group, about(broken_group(group), group, collective, dtype, op));
+  const Support support = group.capabilities.lookup(collective, dtype, op, mode_flags);
+  if (support != Support::yes) {
+    if (Status refusal = transport_carries(group, collective, dtype, op, mode_flags); !refusal)
+      return refused(group, about(refusal.take_error(), group, collective, dtype, op));
+    return refused(group, unsupported(group, collective, dtype, op, mode_flags, support, HostLock::take));
+  }
+  if (collective != BP_BARRIER) {
+    const uint64_t limit = group.capabilities.max_bytes(collective, dtype);
+    if (limit != 0 && largest_bytes > limit) return refused(group, too_large(group, request, largest_bytes, limit, false));
+  }
+  GroupCounters::add(group.counters.native);
+  if (Status status = run_spanning(group, request); !status)
+    return about(status.take_error(), group, collective, dtype, op);
+  return {};
+}
+
 // The hot path of every collective (DESIGN.md's performance targets: tens of
 // nanoseconds over the plugin's own function, no allocation): on success it
 // only tests and copies; errors are built in cold functions. `caller_waits`:
@@ -687,6 +720,8 @@ Status start(bp_group *group, const bp_collective_request *given, bool caller_wa
     return busy_error(*group, request);
   uint32_t mode_flags = 0;
   size_t largest_bytes = 0;
+  if (group->span) [[unlikely]]
+    return start_spanning(*group, request);
   if (Status status = check_arguments(*group, request, &mode_flags, &largest_bytes); !status) [[unlikely]]
     return status;
   // Step 2: each rank's device is its base's kind and index (layers.hpp);
@@ -757,6 +792,14 @@ Expected<bp_group_path> plan(const bp_group &group, uint32_t collective, uint32_
                              uint32_t mode_flags, HostLock host_lock) {
   if (Status status = check_enums(group, collective, dtype, op); !status) return status.take_error();
   Support support = group.capabilities.lookup(collective, dtype, op, mode_flags);
+  if (group.span) [[unlikely]] {
+    if (group.span->broken.load(std::memory_order_acquire))
+      return about(broken_group(group), group, collective, dtype, op);
+    if (support == Support::yes) return BP_PATH_ACROSS_PROCESSES;
+    if (Status refusal = transport_carries(group, collective, dtype, op, mode_flags); !refusal)
+      return about(refusal.take_error(), group, collective, dtype, op);
+    return unsupported(group, collective, dtype, op, mode_flags, support, host_lock).take_error();
+  }
   if (group.kind && support == Support::yes) return BP_PATH_NATIVE;
   if (Status refusal = off_table(group, collective, dtype, op, mode_flags, support, host_lock); !refusal)
     return refusal.take_error();

@@ -1,5 +1,6 @@
 // Fleet files, stage 3: the meaning of a valid document against the loaded
 // plugins, and the all-or-nothing commit of devices, groups and workload.
+#include <cmath>
 #include <algorithm>
 #include <map>
 #include <mutex>
@@ -10,6 +11,7 @@
 #include "layers.hpp"
 #include "fleet_schema.hpp"
 #include "host.hpp"
+#include "span.hpp"
 #include "names.hpp"
 #include "sizes.hpp"
 
@@ -416,6 +418,8 @@ class FleetLoader {
       options.local_first = local_first == "always" ? BP_LOCAL_FIRST_ALWAYS
                             : local_first == "never" ? BP_LOCAL_FIRST_NEVER
                                                      : BP_LOCAL_FIRST_AUTO;
+      options.span = entry.value("span", std::string("process")) == "world" ? BP_SPAN_WORLD : BP_SPAN_PROCESS;
+      options.guard = entry.value("guard", false) ? 1 : 0;
       bp_group *group = nullptr;
       Status status = create_group(&host_, ranks.data(), ranks.size(), &options, &group, HostLock::held);
       if (!status) {
@@ -685,6 +689,31 @@ bool take_fleet_plugin_checks(bp_host &host, const nlohmann::json &document, Pro
   return true;
 }
 
+// The fleet's "transport": opened before its groups are made (a group that
+// spans processes needs it); a host with that transport open keeps it. It
+// stays open when a later part of the fleet fails, as its plugins stay loaded.
+void open_fleet_transport(bp_host &host, const nlohmann::json &entry, Problems &problems) {
+  const std::string plugin = entry.value("plugin", std::string());
+  {
+    std::shared_lock lock(host.mutex);
+    if (host.transport) {
+      if (host.transport->plugin->transport != plugin)
+        problems.add(BP_CONFIG, "/transport/plugin", plugin,
+                     "the host has transport '" + host.transport->plugin->transport + "' open already",
+                     "a host opens one transport");
+      return;
+    }
+  }
+  const std::string options = entry.value("options", nlohmann::json::object()).dump();
+  bp_transport_options given{};
+  given.struct_size = sizeof given;
+  given.plugin = plugin.c_str();
+  given.options_json = options.c_str();
+  if (entry.contains("timeout_s"))
+    given.timeout_ns = static_cast<int64_t>(std::llround(entry["timeout_s"].get<double>() * 1e9));
+  if (Status status = open_transport(host, given); !status) problems.add(status.take_error(), "/transport", entry);
+}
+
 }  // namespace
 
 Status load_into(bp_host &host, const nlohmann::json &document, const fs::path &base, Problems &problems,
@@ -693,6 +722,7 @@ Status load_into(bp_host &host, const nlohmann::json &document, const fs::path &
   if (load_plugin_dirs && take_fleet_plugin_checks(host, document, problems)) {
     for (const fs::path &directory : directories) load_directory(host, directory, true);
   }
+  if (document.contains("transport") && problems.empty()) open_fleet_transport(host, document["transport"], problems);
   FleetLoader loader(host, document, base, problems);
   return loader.load();
 }

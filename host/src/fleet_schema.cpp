@@ -50,9 +50,10 @@ std::string pointer_of(const std::vector<std::string> &context) {
 
 const std::map<std::string, std::vector<std::string>> &known_keys() {
   static const std::map<std::string, std::vector<std::string>> keys = {
-      {"", {"version", "plugin_dirs", "plugin_pins", "probe", "devices", "groups", "workload"}},
+      {"", {"version", "plugin_dirs", "plugin_pins", "probe", "transport", "devices", "groups", "workload"}},
+      {"transport", {"plugin", "timeout_s", "options"}},
       {"devices", {"name", "kind", "index", "count", "options", "over", "layers"}},
-      {"groups", {"name", "devices", "policy", "on_unsupported", "local_first"}},
+      {"groups", {"name", "devices", "policy", "on_unsupported", "local_first", "span", "guard"}},
       {"workload", {"group", "collective", "dtype", "op", "root", "sizes", "iterations", "warmup", "in_place", "check"}}};
   return keys;
 }
@@ -187,6 +188,7 @@ void add_schema_problem(Problems &problems, const nlohmann::json &document, std:
     if (field == "policy") allowed = {"stage", "reject"};
     if (field == "on_unsupported") allowed = {"error", "stage"};
     if (field == "local_first") allowed = {"auto", "always", "never"};
+    if (field == "span") allowed = {"process", "world"};
     std::string list;
     for (const std::string &name : allowed) list += (list.empty() ? "" : ", ") + name;
     reason = "unknown " + field + " " + value.dump() + (list.empty() ? "" : " (known: " + list + ")");

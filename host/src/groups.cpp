@@ -8,6 +8,7 @@
 #include "fleet_problems.hpp"
 #include "host.hpp"
 #include "layers.hpp"
+#include "span.hpp"
 #include "staging.hpp"
 
 namespace backplane {
@@ -23,6 +24,7 @@ Status create_group(bp_host *host, bp_device *const *ranks, size_t rank_count, c
     return Error(BP_INVALID_ARGUMENT, "bp_group_create: options->struct_size is below its 1.0 size");
   auto group = std::make_unique<bp_group>();
   group->host = host;
+  bool spans = false, guard = false;
   if (options) {
     group->name = options->name ? options->name : "";
     group->policy = options->policy;
@@ -41,6 +43,24 @@ Status create_group(bp_host *host, bp_device *const *ranks, size_t rank_count, c
         return Error(BP_INVALID_ARGUMENT, "bp_group_create: unknown local_first " + std::to_string(options->local_first))
             .hint("use BP_LOCAL_FIRST_AUTO, BP_LOCAL_FIRST_ALWAYS or BP_LOCAL_FIRST_NEVER");
       group->local_first = static_cast<uint32_t>(options->local_first);
+    }
+    if (options->struct_size >= BP_GROUP_OPTIONS_SIZE_V1_6) {
+      if (options->span > BP_SPAN_WORLD)
+        return Error(BP_INVALID_ARGUMENT, "bp_group_create: unknown span " + std::to_string(options->span))
+            .hint("use BP_SPAN_PROCESS or BP_SPAN_WORLD");
+      if (options->guard > 1)
+        return Error(BP_INVALID_ARGUMENT, "bp_group_create: guard is " + std::to_string(options->guard) +
+                                              ", not 0 or 1");
+      spans = options->span == BP_SPAN_WORLD;
+      guard = options->guard == 1;
+      if (guard && !spans)
+        return Error(BP_INVALID_ARGUMENT, "bp_group_create: guard compares calls across processes, and the group "
+                                          "spans one process")
+            .hint("set span to BP_SPAN_WORLD, or leave guard 0");
+      if (spans && group->on_unsupported == BP_ON_UNSUPPORTED_STAGE)
+        return Error(BP_INVALID_ARGUMENT, "bp_group_create: on_unsupported stage is not available on a group "
+                                          "across processes yet")
+            .hint("leave on_unsupported at BP_ON_UNSUPPORTED_ERROR");
     }
   }
   for (size_t rank = 0; rank < rank_count; ++rank) {
@@ -69,6 +89,7 @@ Status create_group(bp_host *host, bp_device *const *ranks, size_t rank_count, c
     group->ranks.push_back(device);
   }
   group->serial = next_serial();
+  group->global_ranks = rank_count;
   group->send_handles.resize(rank_count);
   group->recv_handles.resize(rank_count);
   DeviceKind *kind = group->ranks[0]->kind;
@@ -103,7 +124,14 @@ Status create_group(bp_host *host, bp_device *const *ranks, size_t rank_count, c
   }
   // From here the group owns a comm: every way out goes through destroy_group.
   try {
-    prepare_staging(*group, host_lock);
+    if (spans) {
+      if (Status status = prepare_span(*group, guard, host_lock); !status) {
+        destroy_group(group.release());
+        return status;
+      }
+    } else {
+      prepare_staging(*group, host_lock);
+    }
   } catch (...) {
     destroy_group(group.release());
     throw;
@@ -116,6 +144,7 @@ Status create_group(bp_host *host, bp_device *const *ranks, size_t rank_count, c
 
 void destroy_group(bp_group *group) {
   finish_in_flight(*group);
+  group->span.reset();  // the transport's comm, before the local comm
   if (group->comm) {
     LoadedPlugin &plugin = *group->kind->plugin;
     call_plugin_release(plugin, "comm_destroy", [&] { plugin.functions.comm_destroy(plugin.state, group->comm); });
@@ -139,6 +168,25 @@ bp_error *bp_group_create(bp_host *host, bp_device *const *ranks, size_t rank_co
 }
 
 size_t bp_group_size(const bp_group *group) { return group ? group->ranks.size() : 0; }
+
+bp_error *bp_group_get_span(const bp_group *group, bp_group_span_info *out) {
+  return guarded([&]() -> Status {
+    if (!group) return null_argument("bp_group_get_span", "group");
+    bp_group_span_info span{};
+    span.struct_size = sizeof span;
+    span.global_size = group->global_ranks;
+    span.first_rank = group->first_rank;
+    span.local_size = group->ranks.size();
+    span.process_count = 1;
+    if (group->span) {
+      span.process_index = group->span->process_index;
+      span.process_count = group->span->process_count;
+      span.broken = group->span->broken.load(std::memory_order_acquire) ? 1 : 0;
+      span.guard = group->span->guard ? 1 : 0;
+    }
+    return write_out("bp_group_get_span", out, span, BP_GROUP_SPAN_INFO_SIZE_V1_6);
+  });
+}
 
 size_t bp_group_local_kinds(const bp_group *group) {
   return group && group->staging ? local_kind_count(*group->staging) : 0;

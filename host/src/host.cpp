@@ -124,6 +124,7 @@ bp_host::~bp_host() {
   // destroy their state and their libraries unload.
   workloads.clear();
   groups.clear();
+  transport.reset();
   // Layered devices first, outermost first: each layer writes what it holds
   // (trace files) while the devices under it are still there.
   while (!devices.empty()) devices.pop_back();

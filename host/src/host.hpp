@@ -42,6 +42,15 @@ struct Staging;
 struct StagingDeleter {
   void operator()(Staging *staging) const;
 };
+// A group's side of the host's transport, and the transport (span.hpp).
+struct Span;
+struct SpanDeleter {
+  void operator()(Span *span) const;
+};
+struct OpenTransport;
+struct OpenTransportDeleter {
+  void operator()(OpenTransport *transport) const;
+};
 
 // How a group's collectives ran (bp_group_counters). One thread at a time
 // adds (the group's start claim), any thread reads: a relaxed load and
@@ -83,6 +92,11 @@ struct LoadedPlugin {
   bp_layer_functions layer_functions{};
   std::vector<std::string> layer_kinds;            // names, in the table's order
   std::vector<const char *> layer_kind_pointers;   // for bp_plugin_info
+  // The transport table (ABI 1.6), copied zero-extended; `transport` (its
+  // name) is "" for a plugin without one.
+  bp_transport_functions transport_functions{};
+  std::string transport;
+  CapabilitySet transport_capabilities;
   // Set once bp_plugin_entry was called: from then on the library is unloaded
   // only after destroy() returned (else it stays mapped: plugin code may
   // still run on threads the plugin started).
@@ -169,6 +183,12 @@ inline bp_collective_args collective_args(uint32_t collective, uint32_t dtype, u
   args.flags = flags;
   return args;
 }
+
+// Where a host-memory buffer's bytes are (buffer_host_memory, plugin ABI
+// 1.4); NULL for a NULL buffer.
+Status plugin_host_memory(LoadedPlugin &plugin, const bp_plugin_buffer *buffer, std::byte *&memory);
+// One collective on `comm` of `plugin`, waited for on this thread.
+Status run_collective(LoadedPlugin &plugin, bp_plugin_comm *comm, const bp_collective_args &args);
 
 // A device kind and what runs on it.
 struct DeviceKind {
@@ -322,6 +342,10 @@ struct bp_group {
   std::atomic<bool> staged_pending{false};
   std::shared_ptr<backplane::InFlight> staged_started;
   backplane::GroupCounters counters;
+  // A group across processes (span BP_SPAN_WORLD); NULL for one process.
+  std::unique_ptr<backplane::Span, backplane::SpanDeleter> span;
+  size_t global_ranks = 0;  // the ranks of every process: ranks.size() for one process
+  size_t first_rank = 0;    // this process's first rank
   // Some rank is a layered device: collectives run the layers' hooks.
   bool layered = false;
   bool layers_timed = false;  // some rank's chain has a BP_LAYER_TIMED layer
@@ -362,6 +386,8 @@ struct bp_host {
   std::vector<std::unique_ptr<bp_device>> devices;
   std::vector<bp_capability_info> capability_listing;
   std::vector<std::unique_ptr<backplane::LayerKind>> layer_kinds;
+  // The transport (bp_host_open_transport), closed after the groups.
+  std::unique_ptr<backplane::OpenTransport, backplane::OpenTransportDeleter> transport;
   nlohmann::json plugin_options = nlohmann::json::object();
   // Plugin file name -> SHA-256 hex its content must have (bp_host_options).
   std::map<std::string, std::string, std::less<>> plugin_pins;

@@ -332,6 +332,29 @@ Status read_layer_table(const std::string &file, const bp_layer_table &table, Ca
   return {};
 }
 
+// The transport table of ABI 1.6 (plugin.h, "transports"), when the
+// descriptor's chain holds one: its name, what it carries, its functions.
+Status read_transport_table(const std::string &file, const bp_transport_table &table, LoadedPlugin &plugin) {
+  if (table.struct_size < BP_TRANSPORT_TABLE_SIZE_V1_6)
+    return plugin_init_error(file, "the transport table's struct_size is below its 1.6 size");
+  if (!table.functions || table.functions->struct_size < BP_TRANSPORT_FUNCTIONS_SIZE_V1_6)
+    return plugin_init_error(file, "the transport table's functions are missing or smaller than their 1.6 size");
+  plugin.transport_functions = read_struct<bp_transport_functions>(table.functions, table.functions->struct_size);
+  const bp_transport_functions &functions = plugin.transport_functions;
+  if (!functions.open || !functions.close || !functions.transport_info || !functions.comm_create ||
+      !functions.comm_destroy || !functions.exchange_start || !functions.exchange_wait || !functions.exchange_release)
+    return plugin_init_error(file, "a required function of the transport table is NULL");
+  if (Status status = read_identifier(file, "the transport's name", table.name, plugin.transport); !status)
+    return status;
+  std::vector<CapabilitySet> carried(1);
+  if (Status status = read_capability_rows(file, "transport rows", table.capabilities, table.capability_count, 1,
+                                           carried, 0u);
+      !status)
+    return status;
+  plugin.transport_capabilities = carried[0];
+  return {};
+}
+
 // The plugin file, opened once: what the trust checks looked at is what
 // the system loader maps (through /proc/self/fd), so nothing can swap the
 // file in between. O_NONBLOCK keeps a FIFO from blocking the open; only a
@@ -544,6 +567,10 @@ Status open_and_enter(const bp_host &host, const fs::path &file, Candidate &cand
     if (Status status = read_layer_table(path, *static_cast<const bp_layer_table *>(table), candidate); !status)
       return status;
   }
+  if (const void *table = find_extension(descriptor.next, BP_EXTENSION_TRANSPORT_TABLE, "bp_plugin_descriptor")) {
+    if (Status status = read_transport_table(path, *static_cast<const bp_transport_table *>(table), loaded); !status)
+      return status;
+  }
   if (Status status = read_plugin_string(path, "the plugin name", descriptor.name, kMaxNameBytes, loaded.name);
       !status)
     return status;
@@ -587,6 +614,14 @@ Status check_conflicts(const bp_host &host, const Candidate &candidate) {
           .with("loaded_from", other->file)
           .hint("keep one copy of libbackplane_" + plugin.name + ".so in the plugin directories");
     }
+  }
+  for (const auto &other : host.plugins) {
+    if (plugin.transport.empty() || other->transport != plugin.transport) continue;
+    return Error(BP_PLUGIN_CONFLICT, "transport '" + plugin.transport + "' of plugin '" + plugin.name + "' ('" +
+                                         plugin.file + "') is already provided by plugin '" + other->name + "' ('" +
+                                         other->file + "')")
+        .with("transport", plugin.transport)
+        .hint("remove one of the two plugins from the plugin directories");
   }
   for (const auto &layer : candidate.layer_kinds) {
     for (const auto &registered : host.layer_kinds) {

@@ -107,9 +107,22 @@ Blocks in_place_result(uint32_t collective, size_t rank, bool is_root, size_t ra
 
 // Where a cpu buffer's bytes are (NULL for a rank's unused side).
 Status host_memory_of(Staging &staging, const bp_plugin_buffer *buffer, std::byte *&memory) {
+  return plugin_host_memory(*staging.reducer->plugin, buffer, memory);
+}
+
+// The reducer's collective on `count` elements over the handles staging set.
+Status run_reducer(Staging &staging, bp_plugin_comm *comm, const StagedArgs &request, size_t ranks, size_t count) {
+  return run_collective(*staging.reducer->plugin, comm,
+                        collective_args(request.collective, request.dtype, request.reduce_op, request.root, count,
+                                        ranks, staging.send_handles.data(), staging.recv_handles.data(),
+                                        BP_COLLECTIVE_CALLER_WAITS));
+}
+
+}  // namespace
+
+Status plugin_host_memory(LoadedPlugin &plugin, const bp_plugin_buffer *buffer, std::byte *&memory) {
   memory = nullptr;
   if (!buffer) return {};
-  LoadedPlugin &plugin = *staging.reducer->plugin;
   void *address = nullptr;
   Status status = call_plugin(plugin, "buffer_host_memory", [&](bp_error_sink *sink) {
     return plugin.functions.buffer_host_memory(plugin.state, buffer, &address, sink);
@@ -119,7 +132,6 @@ Status host_memory_of(Staging &staging, const bp_plugin_buffer *buffer, std::byt
   return status;
 }
 
-// One collective on `comm` of `plugin`, waited for on this thread.
 Status run_collective(LoadedPlugin &plugin, bp_plugin_comm *comm, const bp_collective_args &args) {
   bp_plugin_request *started = nullptr;
   Status status = call_plugin(plugin, "collective_start", [&](bp_error_sink *sink) {
@@ -132,16 +144,6 @@ Status run_collective(LoadedPlugin &plugin, bp_plugin_comm *comm, const bp_colle
   call_plugin_release(plugin, "request_release", [&] { plugin.functions.request_release(plugin.state, started); });
   return status;
 }
-
-// The reducer's collective on `count` elements over the handles staging set.
-Status run_reducer(Staging &staging, bp_plugin_comm *comm, const StagedArgs &request, size_t ranks, size_t count) {
-  return run_collective(*staging.reducer->plugin, comm,
-                        collective_args(request.collective, request.dtype, request.reduce_op, request.root, count,
-                                        ranks, staging.send_handles.data(), staging.recv_handles.data(),
-                                        BP_COLLECTIVE_CALLER_WAITS));
-}
-
-}  // namespace
 
 // One staged call cut into chunks of `chunk_count` elements of every block,
 // over `ranks` participants of `comm`: participant p moves the buffers of

@@ -139,7 +139,7 @@
   SIZE_V1_0(BP_HOST_OPTIONS_SIZE_V1_2, 56)                \
   FIELD(bp_host_options, plugin_pins_json, 48)            \
   SIZE_V1_0(BP_PLUGIN_INFO_SIZE_V1_0, 64)                 \
-  SIZEOF(bp_plugin_info, 96)                              \
+  SIZEOF(bp_plugin_info, 104)                             \
   FIELD(bp_plugin_info, struct_size, 0)                   \
   FIELD(bp_plugin_info, next, 8)                          \
   FIELD(bp_plugin_info, name, 16)                         \
@@ -156,6 +156,8 @@
   SIZE_V1_0(BP_PLUGIN_INFO_SIZE_V1_3, 96)                 \
   FIELD(bp_plugin_info, layer_kinds, 80)                  \
   FIELD(bp_plugin_info, layer_kind_count, 88)             \
+  SIZE_V1_0(BP_PLUGIN_INFO_SIZE_V1_6, 104)                \
+  FIELD(bp_plugin_info, transport, 96)                    \
   SIZE_V1_0(BP_DEVICE_INFO_SIZE_V1_0, 72)                 \
   SIZEOF(bp_device_info, 136)                             \
   FIELD(bp_device_info, struct_size, 0)                   \
@@ -190,7 +192,7 @@
   SIZE_V1_0(BP_CAPABILITY_INFO_SIZE_V1_2, 56)             \
   FIELD(bp_capability_info, max_bytes, 48)                \
   SIZE_V1_0(BP_GROUP_OPTIONS_SIZE_V1_0, 28)               \
-  SIZEOF(bp_group_options, 48)                            \
+  SIZEOF(bp_group_options, 64)                            \
   FIELD(bp_group_options, struct_size, 0)                 \
   FIELD(bp_group_options, next, 8)                        \
   FIELD(bp_group_options, name, 16)                       \
@@ -199,6 +201,33 @@
   FIELD(bp_group_options, on_unsupported, 32)             \
   SIZE_V1_0(BP_GROUP_OPTIONS_SIZE_V1_5, 48)               \
   FIELD(bp_group_options, local_first, 40)                \
+  SIZE_V1_0(BP_GROUP_OPTIONS_SIZE_V1_6, 64)               \
+  FIELD(bp_group_options, span, 48)                       \
+  FIELD(bp_group_options, guard, 56)                      \
+  SIZEOF(bp_transport_options, 56)                        \
+  SIZE_V1_0(BP_TRANSPORT_OPTIONS_SIZE_V1_6, 56)           \
+  FIELD(bp_transport_options, plugin, 16)                 \
+  FIELD(bp_transport_options, options_json, 24)           \
+  FIELD(bp_transport_options, timeout_ns, 32)             \
+  FIELD(bp_transport_options, flags, 40)                  \
+  FIELD(bp_transport_options, handle, 48)                 \
+  SIZEOF(bp_transport_facts, 56)                          \
+  SIZE_V1_0(BP_TRANSPORT_FACTS_SIZE_V1_6, 56)             \
+  FIELD(bp_transport_facts, plugin, 16)                   \
+  FIELD(bp_transport_facts, library, 24)                  \
+  FIELD(bp_transport_facts, details, 32)                  \
+  FIELD(bp_transport_facts, process_index, 40)            \
+  FIELD(bp_transport_facts, process_count, 44)            \
+  FIELD(bp_transport_facts, timeout_ns, 48)               \
+  SIZEOF(bp_group_span_info, 56)                          \
+  SIZE_V1_0(BP_GROUP_SPAN_INFO_SIZE_V1_6, 56)             \
+  FIELD(bp_group_span_info, global_size, 16)              \
+  FIELD(bp_group_span_info, first_rank, 24)               \
+  FIELD(bp_group_span_info, local_size, 32)               \
+  FIELD(bp_group_span_info, process_index, 40)            \
+  FIELD(bp_group_span_info, process_count, 44)            \
+  FIELD(bp_group_span_info, broken, 48)                   \
+  FIELD(bp_group_span_info, guard, 52)                    \
   SIZE_V1_0(BP_GROUP_COUNTERS_SIZE_V1_4, 48)              \
   SIZEOF(bp_group_counters, 48)                           \
   FIELD(bp_group_counters, struct_size, 0)                \

@@ -60,6 +60,8 @@ double median(std::vector<double> values);
 // (configs/default.json) loaded into it. On failure prints every problem on
 // stderr (print_problems) and returns nothing; the caller exits with
 // kExitFailure. `failure`, when given, gets the error as well (for --json).
+// A fleet whose transport spans several processes (mpirun) leaves standard
+// output to process 0: the others' is closed.
 std::optional<Host> open_fleet(const GlobalOptions &options, const std::string &fleet_file,
                                std::optional<Error> *failure = nullptr);
 // How the fleet is named in output: the file, or "built-in default fleet".

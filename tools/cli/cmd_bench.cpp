@@ -449,7 +449,7 @@ int run_bench(const GlobalOptions &options, const BenchOptions &bench) {
     entry.warmup = bench.warmup;
     entry.modes = declared_modes(*setup.host, kinds, collective, *dtype);
     entry.check = bench.check != 0;
-    CollectiveRunner runner(entry, [&] {
+    CollectiveRunner runner(*setup.host, entry, [&] {
       std::vector<Device> ranks;
       for (size_t r = 0; r < n; ++r) ranks.push_back(group.device(r));
       return ranks;

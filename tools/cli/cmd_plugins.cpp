@@ -1,6 +1,7 @@
 // `backplane plugins`: which plugin files were loaded, and which were found
 // but refused, with the loader's reason (and, with --probe, what a plugin
 // that crashed or hung in its probe process wrote last).
+#include <optional>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -35,6 +36,32 @@ void print_probe_output(const std::vector<const bp_error *> &refused) {
   }
 }
 
+// A transport says what runs under it only once open: the library and its
+// version, the thread level granted, the process's place. Opening one is
+// what a fleet with a "transport" does (MPI initialised; a world of one
+// without mpirun).
+struct TransportLine {
+  std::string name, plugin;
+  std::optional<bp_transport_facts> facts;
+  std::optional<Error> refusal;
+};
+
+std::vector<TransportLine> open_transports(Host &host, const std::vector<PluginInfo> &plugins) {
+  std::vector<TransportLine> lines;
+  for (const PluginInfo &plugin : plugins) {
+    if (plugin.transport.empty()) continue;
+    TransportLine line{plugin.transport, plugin.name, std::nullopt, std::nullopt};
+    if (Status opened = host.open_transport(plugin.transport); !opened) {
+      line.refusal = opened.error();
+    } else if (Result<bp_transport_facts> facts = host.transport(); facts) {
+      line.facts = *facts;
+    }
+    lines.push_back(std::move(line));
+    break;  // a host opens one transport
+  }
+  return lines;
+}
+
 }  // namespace
 
 int run_plugins(const GlobalOptions &options, bool json) {
@@ -42,6 +69,7 @@ int run_plugins(const GlobalOptions &options, bool json) {
   if (!host) return kExitFailure;
   const std::vector<PluginInfo> plugins = host->plugins();
   const std::vector<const bp_error *> refused = host->refused();
+  const std::vector<TransportLine> transports = open_transports(*host, plugins);
 
   if (json) {
     nlohmann::ordered_json out = {{"loaded", nlohmann::ordered_json::array()},
@@ -58,7 +86,22 @@ int run_plugins(const GlobalOptions &options, bool json) {
                                {"sha256", plugin.sha256},
                                {"device_kinds", plugin.device_kinds},
                                {"layer_kinds", plugin.layer_kinds},
+                               {"transport", plugin.transport.empty() ? nlohmann::ordered_json(nullptr)
+                                                                      : nlohmann::ordered_json(plugin.transport)},
                                {"kind_status", std::move(kind_status)}});
+    }
+    out["transports"] = nlohmann::ordered_json::array();
+    for (const TransportLine &line : transports) {
+      nlohmann::ordered_json entry = {{"name", line.name}, {"plugin", line.plugin}};
+      if (line.facts) {
+        entry["library"] = line.facts->library;
+        entry["details"] = line.facts->details;
+        entry["process_index"] = line.facts->process_index;
+        entry["process_count"] = line.facts->process_count;
+      } else if (line.refusal) {
+        entry["error"] = nlohmann::ordered_json::parse(line.refusal->json(), nullptr, false);
+      }
+      out["transports"].push_back(std::move(entry));
     }
     out["layer_kinds"] = nlohmann::ordered_json::array();
     for (const LayerKindInfo &kind : host->layer_kinds()) {
@@ -90,12 +133,13 @@ int run_plugins(const GlobalOptions &options, bool json) {
   if (plugins.empty()) {
     std::printf("no plugins loaded\n");
   } else {
-    Table table({{"name"}, {"version"}, {"abi"}, {"kinds"}, {"layers"}, {"file"}});
+    Table table({{"name"}, {"version"}, {"abi"}, {"kinds"}, {"layers"}, {"transport"}, {"file"}});
     for (const PluginInfo &plugin : plugins)
       table.add_row({plugin.name, plugin.version,
                      std::to_string(plugin.abi_major) + "." + std::to_string(plugin.abi_minor),
                      plugin.device_kinds.empty() ? "-" : join(plugin.device_kinds, ","),
-                     plugin.layer_kinds.empty() ? "-" : join(plugin.layer_kinds, ","), plugin.file});
+                     plugin.layer_kinds.empty() ? "-" : join(plugin.layer_kinds, ","),
+                     plugin.transport.empty() ? "-" : plugin.transport, plugin.file});
     std::printf("loaded:\n");
     table.print(stdout);
     for (const PluginInfo &plugin : plugins)
@@ -115,6 +159,16 @@ int run_plugins(const GlobalOptions &options, bool json) {
     }
     std::printf("\nlayer kinds (a chain holds at most %d layers):\n", BP_LAYER_CHAIN_MAX);
     table.print(stdout);
+  }
+  for (const TransportLine &line : transports) {
+    std::printf("\ntransport %s (plugin %s):\n", line.name.c_str(), line.plugin.c_str());
+    if (line.facts) {
+      std::printf("  library: %s\n  %s\n  this process: %u of %u\n", line.facts->library, line.facts->details,
+                  line.facts->process_index, line.facts->process_count);
+    } else if (line.refusal) {
+      std::printf("  cannot open: %s: %s\n", std::string(line.refusal->code_name()).c_str(),
+                  std::string(line.refusal->message()).c_str());
+    }
   }
   if (!refused.empty()) {
     Table table({{"file"}, {"code"}, {"message"}});

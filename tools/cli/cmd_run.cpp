@@ -72,7 +72,7 @@ int run_run(const GlobalOptions &options, const std::string &fleet_file, bool js
     }
     std::vector<Device> ranks;
     for (size_t r = 0; r < group.size(); ++r) ranks.push_back(group.device(r));
-    CollectiveRunner runner(entry, ranks);
+    CollectiveRunner runner(*host, entry, ranks);
     out["devices"] = described->devices;
     if (!described->plugins.empty())
       out["plugin"] = {{"name", described->plugins[0].name}, {"version", described->plugins[0].version}};

@@ -117,8 +117,40 @@ double bus_factor(bp_collective collective, size_t ranks) {
 
 // ---- CollectiveRunner ---------------------------------------------------
 
-CollectiveRunner::CollectiveRunner(WorkloadInfo entry, std::vector<Device> ranks)
-    : entry_(std::move(entry)), ranks_(std::move(ranks)) {}
+CollectiveRunner::CollectiveRunner(Host &host, WorkloadInfo entry, std::vector<Device> ranks)
+    : entry_(std::move(entry)), ranks_(std::move(ranks)), global_ranks_(ranks_.size()) {
+  Result<bp_group_span_info> span = entry_.group.span();
+  if (!span || span->process_count < 2) return;
+  global_ranks_ = span->global_size;
+  first_rank_ = span->first_rank;
+  processes_ = span->process_count;
+  bp_group_options options{};
+  options.struct_size = sizeof options;
+  options.span = BP_SPAN_WORLD;
+  std::vector<Device> one = {ranks_[0]};
+  // Every process makes it, as it makes the group the entry runs on.
+  if (Result<Group> group = host.create_group(one, options); group)
+    tally_group_ = std::move(*group);
+  else
+    print_error(group.error());
+}
+
+void CollectiveRunner::add_across_processes(ModeResult &result) {
+  if (!tally_group_) return;
+  uint64_t totals[2] = {result.wrong.value_or(0), result.error ? 1u : 0u};
+  Result<Buffer> wrapped = Buffer::wrap_host(ranks_[0], totals, sizeof totals);
+  if (!wrapped) {
+    print_error(wrapped.error());
+    return;
+  }
+  std::vector<bp_buffer *> handles = {wrapped->get()};
+  if (Status added = tally_group_->all_reduce(handles, handles, 2, BP_U64, BP_SUM); !added) {
+    if (!result.error) result.error = added.error();
+    return;
+  }
+  if (result.wrong) result.wrong = totals[0];
+  result.errors_elsewhere = totals[1] - (result.error ? 1 : 0);
+}
 
 size_t CollectiveRunner::count_for(uint64_t size) const {
   return static_cast<size_t>(size / (bp_dtype_size(entry_.dtype) * blocks()));
@@ -127,7 +159,7 @@ size_t CollectiveRunner::count_for(uint64_t size) const {
 std::optional<Error> CollectiveRunner::allocate(size_t max_count) {
   const size_t es = bp_dtype_size(entry_.dtype);
   for (size_t r = 0; r < ranks_.size(); ++r) {
-    const RankLayout l = rank_layout(make_case(max_count, false), r);
+    const RankLayout l = rank_layout(make_case(max_count, false), first_rank_ + r);
     // In place needs the larger of the two sides in one buffer.
     const size_t first = l.has_send && l.has_recv ? std::max(l.send, l.recv) : l.has_send ? l.send : l.recv;
     const bool uses_first = l.has_send || l.has_recv;
@@ -148,31 +180,45 @@ std::optional<Error> CollectiveRunner::allocate(size_t max_count) {
 
 ModeResult CollectiveRunner::run(size_t count, bool in_place,
                                  const std::vector<std::vector<std::byte>> &contributions) {
+  ModeResult result = run_here(count, in_place, contributions);
+  add_across_processes(result);
+  return result;
+}
+
+ModeResult CollectiveRunner::run_barrier() {
+  ModeResult result = run_barrier_here();
+  add_across_processes(result);
+  return result;
+}
+
+ModeResult CollectiveRunner::run_here(size_t count, bool in_place,
+                                      const std::vector<std::vector<std::byte>> &contributions) {
   ModeResult result;
   result.requested = true;
   const CollectiveCase c = make_case(count, in_place);
-  const size_t n = ranks_.size(), es = bp_dtype_size(c.dtype);
+  // Local rank r is the group's rank first_rank_ + r; the others' results are checked where they are.
+  const size_t local = ranks_.size(), es = bp_dtype_size(c.dtype);
 
   std::vector<Image> images;
-  std::vector<bp_buffer *> send(n, nullptr), recv(n, nullptr);
-  std::vector<const Buffer *> result_buffer(n, nullptr);
-  for (size_t r = 0; r < n; ++r) {
-    const RankLayout l = rank_layout(c, r);
+  std::vector<bp_buffer *> send(local, nullptr), recv(local, nullptr);
+  std::vector<const Buffer *> result_buffer(global_ranks_, nullptr);
+  for (size_t r = 0; r < local; ++r) {
+    const RankLayout l = rank_layout(c, first_rank_ + r);
     if (l.in_place) {
-      images.push_back({&first_[r], l.send * es, l.input_offset * es, &contributions[r]});
+      images.push_back({&first_[r], l.send * es, l.input_offset * es, &contributions[first_rank_ + r]});
       send[r] = recv[r] = first_[r].get();
-      result_buffer[r] = &first_[r];
+      result_buffer[first_rank_ + r] = &first_[r];
       continue;
     }
     if (l.has_send) {
-      images.push_back({&first_[r], l.send * es, l.input_offset * es, &contributions[r]});
+      images.push_back({&first_[r], l.send * es, l.input_offset * es, &contributions[first_rank_ + r]});
       send[r] = first_[r].get();
     }
     if (l.has_recv) {
       Buffer &buffer = l.has_send ? second_[r] : first_[r];
       images.push_back({&buffer, l.recv * es, 0, nullptr});
       recv[r] = buffer.get();
-      result_buffer[r] = &buffer;
+      result_buffer[first_rank_ + r] = &buffer;
     }
   }
   auto write_all = [&]() -> Status {
@@ -202,7 +248,7 @@ ModeResult CollectiveRunner::run(size_t count, bool in_place,
   result.micros = median(*micros);
   const double bytes = static_cast<double>(c.count * blocks() * es);
   result.algbw = result.micros > 0 ? bytes / (result.micros * 1e3) : 0;  // bytes per ns = GB/s
-  result.busbw = result.algbw * bus_factor(c.collective, n);
+  result.busbw = result.algbw * bus_factor(c.collective, global_ranks_);
   if (!entry_.check) return result;
 
   Result<std::vector<Comparison>> compared = check_results(c, contributions, result_buffer);
@@ -211,7 +257,7 @@ ModeResult CollectiveRunner::run(size_t count, bool in_place,
     return result;
   }
   size_t wrong = 0;
-  for (size_t r = 0; r < n; ++r) {
+  for (size_t r = 0; r < global_ranks_; ++r) {
     const Comparison &comparison = (*compared)[r];
     if (comparison.wrong && !wrong)
       std::fprintf(stderr, "wrong: %s %s count %zu on group %s: rank %zu, element %zu: got %s, expected %s\n",
@@ -224,7 +270,7 @@ ModeResult CollectiveRunner::run(size_t count, bool in_place,
   return result;
 }
 
-ModeResult CollectiveRunner::run_barrier() {
+ModeResult CollectiveRunner::run_barrier_here() {
   ModeResult result;
   result.requested = true;
   Result<std::vector<double>> micros =
@@ -244,7 +290,7 @@ std::string CollectiveRunner::describe() const {
 }
 
 CollectiveCase CollectiveRunner::make_case(size_t count, bool in_place) const {
-  return {entry_.collective, entry_.dtype, entry_.reduce_op, count, ranks_.size(), entry_.root, in_place};
+  return {entry_.collective, entry_.dtype, entry_.reduce_op, count, global_ranks_, entry_.root, in_place};
 }
 
 namespace {
@@ -378,6 +424,7 @@ void Tally::add(const std::vector<Row> &rows, bool barrier) {
   for (const Row &row : rows) {
     for (const ModeResult &mode : row.modes) {
       if (!mode.requested) continue;
+      errors += mode.errors_elsewhere;
       if (mode.error) {
         ++errors;
         continue;

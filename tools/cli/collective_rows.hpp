@@ -48,6 +48,9 @@ struct ModeResult {
   // a copy kernel moving the same bytes on the same device, whose median
   // time is copy_micros (opencl: the percentage is copy time / this time).
   std::optional<double> traffic_gbps, peak_percent, copy_micros;
+  // A group across processes: the modes that failed on the other processes
+  // (the row's `wrong` is already every process's).
+  size_t errors_elsewhere = 0;
 };
 
 struct Row {
@@ -62,18 +65,22 @@ struct Row {
 // memory; sizes here can be large, so images are written in pieces.
 class CollectiveRunner {
  public:
-  CollectiveRunner(WorkloadInfo entry, std::vector<Device> ranks);
+  // `ranks`: this process's devices of the entry's group, in its order.
+  CollectiveRunner(Host &host, WorkloadInfo entry, std::vector<Device> ranks);
 
   const WorkloadInfo &entry() const { return entry_; }
-  size_t ranks() const { return ranks_.size(); }
+  // The group's ranks: of every process for a group across processes,
+  // whose ranks first_rank() .. + local ranks - 1 are this process's.
+  size_t ranks() const { return global_ranks_; }
+  size_t first_rank() const { return first_rank_; }
   // The count argument of a call whose largest buffer is `size` bytes,
   // rounded down to whole elements and, where that buffer holds a block per
   // rank, whole blocks (as nccl-tests rounds).
   size_t count_for(uint64_t size) const;
-  size_t blocks() const { return blocks_per_buffer(entry_.collective, ranks_.size()); }
+  size_t blocks() const { return blocks_per_buffer(entry_.collective, global_ranks_); }
 
-  // Per rank: a first buffer (send, the one buffer in place, or recv for a
-  // rank that only receives) and, out of place, a second (recv).
+  // Per local rank: a first buffer (send, the one buffer in place, or recv
+  // for a rank that only receives) and, out of place, a second (recv).
   std::optional<Error> allocate(size_t max_count);
   // One mode at one count; `contributions` per rank, make_contribution() of
   // make_case(count, false).
@@ -85,8 +92,17 @@ class CollectiveRunner {
   CollectiveCase make_case(size_t count, bool in_place) const;
 
  private:
+  // Across processes: the wrong elements and failed modes of every process,
+  // added up (a sum all_reduce over a group of one cpu rank per process),
+  // so that every process reports the same totals. Once per mode.
+  void add_across_processes(ModeResult &result);
+  ModeResult run_here(size_t count, bool in_place, const std::vector<std::vector<std::byte>> &contributions);
+  ModeResult run_barrier_here();
+
   WorkloadInfo entry_;
-  std::vector<Device> ranks_;
+  std::vector<Device> ranks_;  // this process's
+  size_t global_ranks_ = 0, first_rank_ = 0, processes_ = 1;
+  std::optional<Group> tally_group_;
   std::vector<Buffer> first_, second_;  // per rank; an empty Buffer where the rank needs none
 };
 

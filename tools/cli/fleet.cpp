@@ -63,6 +63,12 @@ std::optional<Host> open_fleet(const GlobalOptions &options, const std::string &
     if (failure) *failure = host.error();
     return std::nullopt;
   }
+  // Under mpirun every process runs the command; process 0 alone prints
+  // what it finds (the others still check their ranks, and say on stderr
+  // what fails there).
+  if (Result<bp_transport_facts> transport = host->transport();
+      transport && transport->process_count > 1 && transport->process_index != 0)
+    if (!std::freopen("/dev/null", "w", stdout)) std::fclose(stdout);
   return std::move(host).value();
 }
 
@@ -104,7 +110,7 @@ Result<GroupDescription> describe_group(const Host &host, const GroupView &group
     auto listed = [&](const PluginInfo &plugin) { return plugin.name == base->plugin; };
     if (std::any_of(description.plugins.begin(), description.plugins.end(), listed)) continue;
     auto found = std::find_if(loaded.begin(), loaded.end(), listed);
-    description.plugins.push_back(found != loaded.end() ? *found : PluginInfo{base->plugin, "", "", "", 0, 0, {}, {}, {}});
+    description.plugins.push_back(found != loaded.end() ? *found : PluginInfo{base->plugin, "", "", "", 0, 0, {}, {}, {}, ""});
   }
   return description;
 }

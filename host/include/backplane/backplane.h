@@ -48,7 +48,7 @@ extern "C" {
 #endif
 
 #define BP_API_VERSION_MAJOR 1
-#define BP_API_VERSION_MINOR 5
+#define BP_API_VERSION_MINOR 6
 
 /* The largest struct_size an out-struct may claim. */
 #define BP_OUT_STRUCT_SIZE_MAX 4096u
@@ -180,11 +180,14 @@ typedef struct bp_plugin_info {
   /* Since 1.3: the layer kinds it provides (bp_host_layer_kind has their rules). */
   const char *const *layer_kinds;
   size_t layer_kind_count;
+  /* Since 1.6: the transport it provides ("mpi"), "" for none. */
+  const char *transport;
 } bp_plugin_info;
 #define BP_PLUGIN_INFO_SIZE_V1_0 BP_STRUCT_SIZE(bp_plugin_info, device_kind_count)
 #define BP_PLUGIN_INFO_SIZE_V1_1 BP_STRUCT_SIZE(bp_plugin_info, kind_status)
 #define BP_PLUGIN_INFO_SIZE_V1_2 BP_STRUCT_SIZE(bp_plugin_info, sha256)
 #define BP_PLUGIN_INFO_SIZE_V1_3 BP_STRUCT_SIZE(bp_plugin_info, layer_kind_count)
+#define BP_PLUGIN_INFO_SIZE_V1_6 BP_STRUCT_SIZE(bp_plugin_info, transport)
 
 BP_API size_t bp_host_plugin_count(const bp_host *host);
 BP_API bp_error *bp_host_plugin(const bp_host *host, size_t index, bp_plugin_info *out);
@@ -339,6 +342,18 @@ typedef enum bp_unsupported_action {
   BP_ON_UNSUPPORTED_MAX_ENUM = 0x7FFFFFFF
 } bp_unsupported_action;
 
+/* Since 1.6: which processes a group's ranks are in. */
+typedef enum bp_group_span {
+  BP_SPAN_PROCESS = 0, /* this process's devices only */
+  /* The ranks given, in every process of the host's transport: each
+   * process passes its own local devices, and the group's ranks are
+   * numbered process-major (process 0's first, in the order it gave them,
+   * then process 1's, ...). Needs bp_host_open_transport first; creating
+   * it is a call every process of the transport makes. */
+  BP_SPAN_WORLD = 1,
+  BP_SPAN_MAX_ENUM = 0x7FFFFFFF
+} bp_group_span;
+
 /* Since 1.5: whether the ranks of one kind other than cpu in a staged
  * group work among themselves on their own plugin first in an all_reduce,
  * reduce (a local reduce to one leader per kind) or broadcast (the leader
@@ -362,10 +377,16 @@ typedef struct bp_group_options {
    * leave that padding unset and still pass sizeof as struct_size. */
   uint64_t on_unsupported;
   uint64_t local_first; /* since 1.5: bp_local_first */
+  uint64_t span;        /* since 1.6: bp_group_span */
+  /* Since 1.6, for a group that spans processes: 1 compares every call's
+   * fingerprint across processes before its data moves (the mismatch
+   * guard, "transports" below); 0 does not. */
+  uint64_t guard;
 } bp_group_options;
 #define BP_GROUP_OPTIONS_SIZE_V1_0 BP_STRUCT_SIZE(bp_group_options, policy)
 #define BP_GROUP_OPTIONS_SIZE_V1_4 BP_STRUCT_SIZE(bp_group_options, on_unsupported)
 #define BP_GROUP_OPTIONS_SIZE_V1_5 BP_STRUCT_SIZE(bp_group_options, local_first)
+#define BP_GROUP_OPTIONS_SIZE_V1_6 BP_STRUCT_SIZE(bp_group_options, guard)
 
 /* Since 1.5: how many kinds of a staged group run locally first
  * (bp_local_first): 0 when every rank is staged, or for NULL. */
@@ -384,6 +405,70 @@ BP_API void bp_group_destroy(bp_group *group);
  * return for arguments that are otherwise valid. */
 BP_API bp_error *bp_group_check(bp_group *group, bp_collective collective, bp_dtype dtype,
                                 bp_reduce_op op);
+
+/* ---- transports (since 1.6) ------------------------------------------- */
+/* A transport plugin (the mpi plugin, on Open MPI) carries groups across
+ * processes and machines. A group with span BP_SPAN_WORLD runs each
+ * collective hierarchically: the ranks in one process work on their own
+ * plugin, one exchange per process crosses through the transport on host
+ * memory, and the result goes back to the local ranks. Every process must
+ * make the same calls on a spanning group in the same order; a process
+ * that does not arrive within the transport's timeout makes the others'
+ * call return BP_TIMEOUT, and the group is broken from then on (every later
+ * call says so). Buffer arrays of a spanning group are indexed by this
+ * process's ranks (bp_group_size); a root is a rank of the whole group. */
+
+/* bp_transport_options.flags */
+#define BP_TRANSPORT_OPTION_HANDLE 0x1u /* `handle` is the application's communicator */
+
+typedef struct bp_transport_options {
+  size_t struct_size;
+  const void *next;
+  const char *plugin;       /* the transport's name, e.g. "mpi" */
+  const char *options_json; /* the transport's own options as a JSON object; NULL: {} */
+  /* How long a call waits for the other processes; 0: 60 s; negative: no limit. */
+  int64_t timeout_ns;
+  uint32_t flags; /* BP_TRANSPORT_OPTION_* */
+  /* With BP_TRANSPORT_OPTION_HANDLE: the communicator an application that
+   * initialised MPI itself hands over, as MPI_Comm_c2f(comm); else the
+   * transport uses its whole world (MPI_COMM_WORLD). Either way it works on
+   * its own duplicate. */
+  int64_t handle;
+} bp_transport_options;
+#define BP_TRANSPORT_OPTIONS_SIZE_V1_6 BP_STRUCT_SIZE(bp_transport_options, handle)
+
+/* Open the host's transport (one per host): PLUGIN_NOT_FOUND when no
+ * loaded plugin provides it, PLUGIN_INIT when its library cannot start,
+ * INVALID_ARGUMENT when the host has one open already. */
+BP_API bp_error *bp_host_open_transport(bp_host *host, const bp_transport_options *options);
+
+typedef struct bp_transport_facts {
+  size_t struct_size;
+  void *next;
+  const char *plugin;  /* "" when the host has no transport */
+  const char *library; /* e.g. "Open MPI v4.1.4, package: Debian OpenMPI, ..." */
+  const char *details; /* e.g. "thread level MPI_THREAD_MULTIPLE, initialised by the mpi plugin" */
+  uint32_t process_index;
+  uint32_t process_count; /* 1 when the host has no transport */
+  int64_t timeout_ns;
+} bp_transport_facts;
+#define BP_TRANSPORT_FACTS_SIZE_V1_6 BP_STRUCT_SIZE(bp_transport_facts, timeout_ns)
+/* Strings live as long as the host. */
+BP_API bp_error *bp_host_transport(const bp_host *host, bp_transport_facts *out);
+
+typedef struct bp_group_span_info {
+  size_t struct_size;
+  void *next;
+  uint64_t global_size;   /* ranks in every process; bp_group_size for a group of one process */
+  uint64_t first_rank;    /* this process's first rank: its ranks are first_rank .. + local_size - 1 */
+  uint64_t local_size;    /* bp_group_size */
+  uint32_t process_index; /* 0 for a group of one process */
+  uint32_t process_count; /* 1 for a group of one process */
+  uint32_t broken;        /* 1 once a call timed out: every later call is refused */
+  uint32_t guard;         /* the mismatch guard is on */
+} bp_group_span_info;
+#define BP_GROUP_SPAN_INFO_SIZE_V1_6 BP_STRUCT_SIZE(bp_group_span_info, guard)
+BP_API bp_error *bp_group_get_span(const bp_group *group, bp_group_span_info *out);
 
 /* ---- fleets ------------------------------------------------------------ */
 /* A fleet file (JSON, configs/schema.json) names devices, groups them and
@@ -443,6 +528,9 @@ BP_API bp_error *bp_group_get_counters(const bp_group *group, bp_group_counters 
 typedef enum bp_group_path {
   BP_PATH_NATIVE = 0, /* the group's plugin runs it */
   BP_PATH_STAGED = 1, /* through host memory */
+  /* Since 1.6: across processes, the local ranks on the group's plugin and
+   * one exchange per process through the host's transport */
+  BP_PATH_ACROSS_PROCESSES = 2,
   BP_PATH_MAX_ENUM = 0x7FFFFFFF
 } bp_group_path;
 BP_API bp_error *bp_group_plan(bp_group *group, bp_collective collective, bp_dtype dtype, bp_reduce_op op,

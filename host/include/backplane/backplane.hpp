@@ -122,6 +122,7 @@ struct PluginInfo {
   // Parallel to device_kinds: the plugin's line on each kind ("" when none).
   std::vector<std::string> kind_status;
   std::vector<std::string> layer_kinds;  // 1.3
+  std::string transport;                 // 1.6: "" for none
 };
 
 struct DeviceInfo {
@@ -240,6 +241,13 @@ class GroupView {
 
   Status check(bp_collective collective, bp_dtype dtype, bp_reduce_op op = BP_SUM) const {
     return Status(bp_group_check(group_, collective, dtype, op));
+  }
+  // Which processes the group's ranks are in (bp_group_get_span, 1.6).
+  Result<bp_group_span_info> span() const {
+    bp_group_span_info info{};
+    info.struct_size = sizeof info;
+    if (bp_error *error = bp_group_get_span(group_, &info)) return Error(error);
+    return info;
   }
   Status run(const bp_collective_request &request) {
     return Status(bp_run_collective(group_, &request));
@@ -421,6 +429,26 @@ class Host {
 
   bp_host *get() const { return host_.get(); }
 
+  // The host's transport across processes (bp_host_open_transport, 1.6):
+  // plugin "mpi", its options as JSON ("" for none), timeout_ns 0 for 60 s.
+  Status open_transport(const std::string &plugin, const std::string &options_json = "", int64_t timeout_ns = 0) {
+    bp_transport_options options{};
+    options.struct_size = sizeof options;
+    options.plugin = plugin.c_str();
+    options.options_json = options_json.empty() ? nullptr : options_json.c_str();
+    options.timeout_ns = timeout_ns;
+    return Status(bp_host_open_transport(host_.get(), &options));
+  }
+  Status open_transport(const bp_transport_options &options) {
+    return Status(bp_host_open_transport(host_.get(), &options));
+  }
+  Result<bp_transport_facts> transport() const {
+    bp_transport_facts facts{};
+    facts.struct_size = sizeof facts;
+    if (bp_error *error = bp_host_transport(host_.get(), &facts)) return Error(error);
+    return facts;
+  }
+
   // A layered device over `over` (bp_device_wrap): layers outermost first,
   // options keyed by layer ("" for none), name "" for the chain's text.
   Result<Device> wrap(Device over, const std::vector<std::string> &layers, const std::string &options_json = "",
@@ -471,7 +499,7 @@ class Host {
         continue;
       }
       PluginInfo info{raw.name, raw.version, raw.file, raw.sha256 ? raw.sha256 : "", raw.abi_major, raw.abi_minor,
-                      {}, {}, {}};
+                      {}, {}, {}, raw.transport ? raw.transport : ""};
       for (size_t k = 0; k < raw.device_kind_count; ++k) {
         info.device_kinds.emplace_back(raw.device_kinds[k]);
         info.kind_status.emplace_back(raw.kind_status && raw.kind_status[k] ? raw.kind_status[k] : "");

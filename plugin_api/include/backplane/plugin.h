@@ -68,7 +68,7 @@ extern "C" {
 #endif
 
 #define BP_PLUGIN_ABI_MAJOR 1
-#define BP_PLUGIN_ABI_MINOR 5
+#define BP_PLUGIN_ABI_MINOR 6
 
 #if defined(__GNUC__)
 #define BP_PLUGIN_EXPORT __attribute__((visibility("default")))
@@ -534,6 +534,164 @@ typedef struct bp_layer_table {
   const bp_layer_functions *functions;
 } bp_layer_table;
 #define BP_LAYER_TABLE_SIZE_V1_3 BP_STRUCT_SIZE(bp_layer_table, functions)
+
+/* ---- transports (since 1.6) ---------------------------------------------
+ * A transport moves host memory between processes (the mpi plugin, on Open
+ * MPI). A group that spans processes runs hierarchically: its ranks in one
+ * process work on their own plugin, and one exchange per process crosses
+ * through the transport on host memory. The host drives both phases; the
+ * transport sees only processes, never devices.
+ *
+ * A plugin declares a transport through a bp_transport_table hung off its
+ * descriptor's `next` (type BP_EXTENSION_TRANSPORT_TABLE). Its rows say what
+ * it carries across processes, as a device plugin's do (bp_capability with
+ * device_kind 0, ignored), so the capability check, bp_group_check and the
+ * refusals cover the cross-process part too.
+ *
+ * Exchanges, per collective (P processes; process p holds blocks[p] blocks
+ * of `count` elements: its ranks in the group, or 1 each with
+ * BP_EXCHANGE_ONE_BLOCK_PER_PROCESS; B = the sum of blocks; my = this
+ * process's blocks; off = the blocks of the processes before it; `root` is
+ * a process index):
+ *   all_reduce      send: count      recv: count
+ *   reduce          send: count      recv: count (root only)
+ *   broadcast       send: count (root only; NULL elsewhere)  recv: count (NULL at the root)
+ *   all_gather      send: count x my recv: count x B (process p's part at its off)
+ *   reduce_scatter  send: count x B  recv: count x my (this process's part)
+ *   gather          send: count x my recv: count x B (root only)
+ *   scatter         send: count x B (root only)  recv: count x my
+ *   all_to_all      send: the blocks for process 0, then 1, ... (count x my x blocks[q] for q)
+ *                   recv: what process 0 sent, then 1, ... (count x blocks[q] x my from q)
+ *   barrier         no memory
+ * In place (send == recv; all_reduce, reduce at the root, all_gather,
+ * gather at the root): for all_gather and gather the process's own part is
+ * already at its offset of recv. BP_AVG is the sum divided by
+ * `average_over` (the group's rank count, not the process count). */
+
+/* A transport opened by a host (an MPI communicator, the plugin's own
+ * duplicate), and one group's side of it. Handles the plugin defines. */
+typedef struct bp_transport bp_transport;
+typedef struct bp_transport_comm bp_transport_comm;
+
+/* bp_transport_open_args.flags */
+#define BP_TRANSPORT_GIVEN_HANDLE 0x1u /* `handle` is the application's communicator */
+
+/* In-struct of open. */
+typedef struct bp_transport_open_args {
+  size_t struct_size;
+  const void *next;
+  /* The transport's options, a JSON object as text (the fleet's "transport"
+   * object less the host's own keys "plugin" and "timeout_s"); "{}". */
+  const char *options_json;
+  uint32_t flags; /* BP_TRANSPORT_* */
+  /* With BP_TRANSPORT_GIVEN_HANDLE: the application's communicator as an
+   * integer handle (MPI: MPI_Comm_c2f, since MPI_Comm is a pointer in Open
+   * MPI and an int in MPICH), which the transport duplicates; else the
+   * transport's whole world (MPI_COMM_WORLD). */
+  int64_t handle;
+} bp_transport_open_args;
+#define BP_TRANSPORT_OPEN_ARGS_SIZE_V1_6 BP_STRUCT_SIZE(bp_transport_open_args, handle)
+
+/* Out-struct of transport_info. Strings valid until close. */
+typedef struct bp_transport_info {
+  size_t struct_size;
+  void *next;
+  uint32_t process_index; /* this process, from 0 */
+  uint32_t process_count;
+  const char *library; /* one line: the library and its version, e.g. "Open MPI v4.1.4, ..." */
+  const char *details; /* one line: e.g. "thread level MPI_THREAD_MULTIPLE, initialised by the plugin" */
+} bp_transport_info;
+#define BP_TRANSPORT_INFO_SIZE_V1_6 BP_STRUCT_SIZE(bp_transport_info, details)
+
+/* In-struct of comm_create: one group's side, made by every process of the
+ * transport together (a collective call across processes). */
+typedef struct bp_transport_comm_args {
+  size_t struct_size;
+  const void *next;
+  uint64_t local_ranks; /* this process's ranks in the group (>= 1) */
+  int64_t timeout_ns;   /* how long to wait for the other processes; negative: no limit */
+} bp_transport_comm_args;
+#define BP_TRANSPORT_COMM_ARGS_SIZE_V1_6 BP_STRUCT_SIZE(bp_transport_comm_args, timeout_ns)
+
+/* Out-struct of comm_create. */
+typedef struct bp_transport_comm_info {
+  size_t struct_size;
+  void *next;
+  uint32_t process_index;
+  uint32_t process_count;
+  /* Per process, its local_ranks: process_count entries, plugin-owned,
+   * valid until comm_destroy. */
+  const uint64_t *process_ranks;
+} bp_transport_comm_info;
+#define BP_TRANSPORT_COMM_INFO_SIZE_V1_6 BP_STRUCT_SIZE(bp_transport_comm_info, process_ranks)
+
+/* bp_transport_exchange.flags */
+#define BP_EXCHANGE_ONE_BLOCK_PER_PROCESS 0x1u /* blocks[p] = 1, whatever the group's ranks */
+
+/* In-struct of exchange_start. Memory is host memory, borrowed until the
+ * request completed; the host has checked what the rows and sizes tell. */
+typedef struct bp_transport_exchange {
+  size_t struct_size;
+  const void *next;
+  uint32_t collective; /* bp_collective */
+  uint32_t dtype;
+  uint32_t reduce_op;
+  uint32_t root;  /* a process index */
+  size_t count;   /* elements per block */
+  const void *send;
+  void *recv;
+  uint64_t average_over; /* BP_AVG: the divisor */
+  uint32_t flags;        /* BP_EXCHANGE_* */
+} bp_transport_exchange;
+#define BP_TRANSPORT_EXCHANGE_SIZE_V1_6 BP_STRUCT_SIZE(bp_transport_exchange, flags)
+
+/* A transport plugin's functions. Every function may be called from any
+ * thread; the host never starts two exchanges on one comm at once, and
+ * every process starts a comm's exchanges in the same order. */
+typedef struct bp_transport_functions {
+  size_t struct_size;
+  const void *next;
+  /* Open the transport for one host: BP_PLUGIN_INIT when the library
+   * cannot be initialised or gives less than the transport needs (say what
+   * it got), BP_CONFIG for options it does not take. */
+  int32_t (*open)(bp_plugin_state *state, const bp_transport_open_args *args, bp_transport **out,
+                  bp_error_sink *sink);
+  /* Close it, once its comms are destroyed: a library the plugin
+   * initialised is finalised with the last transport it opened. */
+  void (*close)(bp_plugin_state *state, bp_transport *transport);
+  int32_t (*transport_info)(bp_plugin_state *state, bp_transport *transport, bp_transport_info *out,
+                            bp_error_sink *sink);
+  /* BP_TIMEOUT when some process did not arrive within the timeout. */
+  int32_t (*comm_create)(bp_plugin_state *state, bp_transport *transport, const bp_transport_comm_args *args,
+                         bp_transport_comm_info *info, bp_transport_comm **out, bp_error_sink *sink);
+  void (*comm_destroy)(bp_plugin_state *state, bp_transport_comm *comm);
+  /* Start an exchange; *out is a request to wait on, or NULL when it
+   * already completed. A failure names the process and the library's own
+   * error text. */
+  int32_t (*exchange_start)(bp_plugin_state *state, bp_transport_comm *comm, const bp_transport_exchange *exchange,
+                            bp_plugin_request **out, bp_error_sink *sink);
+  /* Block until the request completed or timeout_ns passed (negative: no
+   * limit). BP_TIMEOUT leaves it in flight: the host then calls the comm
+   * broken and never waits on it again, and releases it only at
+   * comm_destroy, which must not block on it. */
+  int32_t (*exchange_wait)(bp_plugin_state *state, bp_plugin_request *request, int64_t timeout_ns,
+                           bp_error_sink *sink);
+  void (*exchange_release)(bp_plugin_state *state, bp_plugin_request *request);
+} bp_transport_functions;
+#define BP_TRANSPORT_FUNCTIONS_SIZE_V1_6 BP_STRUCT_SIZE(bp_transport_functions, exchange_release)
+
+/* The transport family's table: a typed extension on
+ * bp_plugin_descriptor.next (its first three fields are bp_extension_header's). */
+typedef struct bp_transport_table {
+  size_t struct_size;
+  void *next;
+  uint32_t type;    /* BP_EXTENSION_TRANSPORT_TABLE */
+  const char *name; /* the transport's name, [a-z0-9_]+, e.g. "mpi" */
+  const bp_capability *capabilities; /* what it carries across processes */
+  size_t capability_count;
+  const bp_transport_functions *functions;
+} bp_transport_table;
+#define BP_TRANSPORT_TABLE_SIZE_V1_6 BP_STRUCT_SIZE(bp_transport_table, functions)
 
 /* What a plugin is. */
 typedef struct bp_plugin_descriptor {

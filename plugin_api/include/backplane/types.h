@@ -165,6 +165,8 @@ typedef struct bp_extension_header {
 #define BP_EXTENSION_NONE 0u
 /* 1.3: bp_layer_table (plugin.h), hung off bp_plugin_descriptor.next. */
 #define BP_EXTENSION_LAYER_TABLE 1u
+/* 1.6: bp_transport_table (plugin.h), hung off bp_plugin_descriptor.next. */
+#define BP_EXTENSION_TRANSPORT_TABLE 2u
 
 #ifdef __cplusplus
 } /* extern "C" */

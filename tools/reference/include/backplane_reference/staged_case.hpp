@@ -53,7 +53,8 @@ Status write_images(StagedCase &staged);
 // result).
 Result<std::vector<Comparison>> check_results(const StagedCase &staged);
 // The same for buffers staged elsewhere: rank r's result is read from
-// result_buffers[r] (NULL where the rank has no result) at its layout's
+// result_buffers[r] (NULL where the rank has no result, or where it is another
+// process's rank of a group across processes) at its layout's
 // result_offset; `contributions` as reference_result() takes them.
 Result<std::vector<Comparison>> check_results(const CollectiveCase &c,
                                               const std::vector<std::vector<std::byte>> &contributions,

@@ -1,0 +1,722 @@
+// Groups that span processes (span.hpp).
+#include "span.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <iterator>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <shared_mutex>
+
+#include "c_api_guard.hpp"
+#include "fleet_problems.hpp"
+#include "host.hpp"
+#include "log.hpp"
+#include "names.hpp"
+
+namespace backplane {
+namespace {
+
+constexpr std::align_val_t kAreaAlignment{64};
+constexpr size_t kAreaGranule = 4096;
+
+std::string operation_of(const bp_collective_request &request) {
+  std::string text = collective_name(request.collective);
+  if (request.collective == BP_BARRIER) return text;
+  text += std::string("(") + dtype_name(request.dtype);
+  if (collective_reduces(request.collective)) text += std::string(", ") + reduce_op_name(request.reduce_op);
+  return text + ")";
+}
+
+// The process that holds global rank `rank`.
+uint32_t process_of(const Span &span, uint64_t rank) {
+  const auto after = std::upper_bound(span.process_first.begin(), span.process_first.end(), rank);
+  return static_cast<uint32_t>(after - span.process_first.begin() - 1);
+}
+
+// Host memory of `bytes` wrapped as a buffer on local rank `rank`'s device,
+// destroyed with the set.
+class Views {
+ public:
+  explicit Views(bp_group &group) : group_(group), plugin_(*group.kind->plugin) {}
+  Views(const Views &) = delete;
+  Views &operator=(const Views &) = delete;
+  ~Views() {
+    for (bp_plugin_buffer *view : views_)
+      call_plugin_release(plugin_, "buffer_destroy", [&] { plugin_.functions.buffer_destroy(plugin_.state, view); });
+  }
+  Status wrap(size_t rank, std::byte *memory, size_t bytes, bp_plugin_buffer *&view) {
+    view = nullptr;
+    const bp_device &device = *group_.ranks[rank];
+    // A wrapped range of zero bytes is still a buffer: the plugin sees count 0.
+    Status status = call_plugin(plugin_, "buffer_wrap_host", [&](bp_error_sink *sink) {
+      return plugin_.functions.buffer_wrap_host(plugin_.state, device.kind->index_in_plugin, device.index, memory,
+                                                std::max<size_t>(bytes, 1), &view, sink);
+    });
+    if (status && !view) status = plugin_returned_null(plugin_, "buffer_wrap_host");
+    if (status) views_.push_back(view);
+    return status;
+  }
+
+ private:
+  bp_group &group_;
+  LoadedPlugin &plugin_;
+  std::vector<bp_plugin_buffer *> views_;
+};
+
+// One call's phases: the local ranks' work on the group's own comm, and the
+// exchanges across processes.
+class SpanningCall {
+ public:
+  SpanningCall(bp_group &group, const bp_collective_request &request)
+      : group_(group),
+        span_(*group.span),
+        request_(request),
+        plugin_(*group.kind->plugin),
+        local_(group.ranks.size()),
+        element_(dtype_size(request.dtype)),
+        block_(request.count * element_),
+        local_op_(request.reduce_op == BP_AVG ? uint32_t{BP_SUM} : request.reduce_op),
+        views_(group),
+        none_(local_, nullptr) {}
+
+  Status run();
+  Status guard();
+  // One exchange across processes, of `count` elements of `dtype` per block.
+  Status exchange(uint32_t collective, uint32_t dtype, uint32_t op, size_t count, uint32_t root_process,
+                  const void *send, void *recv, uint32_t flags);
+
+ private:
+  // The local ranks' collective over the group's comm (op: local_op_).
+  Status local(uint32_t collective, uint32_t root, size_t count, const std::vector<bp_plugin_buffer *> &send,
+               const std::vector<bp_plugin_buffer *> &recv) {
+    return run_collective(plugin_, group_.comm,
+                          collective_args(collective, request_.dtype, local_op_, root, count, local_,
+                                          send.data(), recv.data(), BP_COLLECTIVE_CALLER_WAITS));
+  }
+  // The call's own exchange.
+  Status exchange(uint32_t collective, uint32_t root_process, const void *send, void *recv) {
+    return exchange(collective, request_.dtype, request_.reduce_op, request_.count, root_process, send, recv, 0);
+  }
+  Status memory(bp_plugin_buffer *handle, std::byte *&out) { return plugin_host_memory(plugin_, handle, out); }
+  std::byte *block_of(std::byte *memory, uint64_t block) const { return memory + block * block_; }
+  // Local rank r's send and recv (the checked arguments) and whether it is in place.
+  bp_plugin_buffer *send(size_t r) const { return group_.send_handles[r]; }
+  bp_plugin_buffer *recv(size_t r) const { return group_.recv_handles[r]; }
+  bool in_place(size_t r) const { return send(r) && send(r) == recv(r); }
+  // Only entry `rank` set: a rooted local collective's one buffer.
+  std::vector<bp_plugin_buffer *> only(size_t rank, bp_plugin_buffer *handle) const {
+    std::vector<bp_plugin_buffer *> handles(local_, nullptr);
+    handles[rank] = handle;
+    return handles;
+  }
+
+  Status all_reduce();
+  Status reduce();
+  Status broadcast();
+  Status gather(bool to_all);
+  Status reduce_scatter();
+  Status scatter();
+  Status all_to_all();
+
+  bp_group &group_;
+  Span &span_;
+  const bp_collective_request &request_;
+  LoadedPlugin &plugin_;
+  const size_t local_, element_, block_;
+  const uint32_t local_op_;
+  Views views_;
+  const std::vector<bp_plugin_buffer *> none_;
+};
+
+Status SpanningCall::exchange(uint32_t collective, uint32_t dtype, uint32_t op, size_t count, uint32_t root_process,
+                              const void *send, void *recv, uint32_t flags) {
+  LoadedPlugin &plugin = *span_.transport->plugin;
+  const bp_transport_functions &functions = plugin.transport_functions;
+  bp_transport_exchange exchange{};
+  exchange.struct_size = sizeof exchange;
+  exchange.collective = collective;
+  exchange.dtype = dtype;
+  exchange.reduce_op = op;
+  exchange.root = root_process;
+  exchange.count = count;
+  exchange.send = send;
+  exchange.recv = recv;
+  exchange.average_over = span_.global_size;
+  exchange.flags = flags;
+  bp_plugin_request *started = nullptr;
+  Status status = call_plugin(plugin, "exchange_start", [&](bp_error_sink *sink) {
+    return functions.exchange_start(plugin.state, span_.comm, &exchange, &started, sink);
+  });
+  if (status && started) {
+    status = call_plugin(plugin, "exchange_wait", [&](bp_error_sink *sink) {
+      return functions.exchange_wait(plugin.state, started, span_.transport->timeout_ns, sink);
+    });
+    if (!status && status.error().code() == BP_TIMEOUT) {
+      span_.abandoned.push_back(started);  // still in flight: released with the group
+    } else {
+      call_plugin_release(plugin, "exchange_release", [&] { functions.exchange_release(plugin.state, started); });
+    }
+  }
+  if (status) return {};
+  // The processes may now be in different calls: nothing more runs on the group.
+  Error error = status.take_error();
+  span_.broken_reason = "call " + std::to_string(span_.calls) + " (" + operation_of(request_) + ") failed: " +
+                        error.message();
+  span_.broken.store(true, std::memory_order_release);
+  error.with("process", span_.process_index).with("processes", span_.process_count);
+  if (error.code() == BP_TIMEOUT) {
+    error.with("timeout_s", static_cast<double>(span_.transport->timeout_ns) / 1e9);
+    return std::move(error).hint("every process must make the same calls on the group in the same order; the "
+                                 "group is broken now: destroy it");
+  }
+  return error;
+}
+
+Status SpanningCall::all_reduce() {
+  std::byte *result = nullptr;
+  if (local_ == 1) {
+    std::byte *source = nullptr;
+    if (Status status = memory(send(0), source); !status) return status;
+    if (Status status = memory(recv(0), result); !status) return status;
+    return exchange(BP_ALL_REDUCE, 0, source, result);
+  }
+  // Local reduce to rank 0, the exchange in place on its result, a local broadcast.
+  if (Status status = local(BP_REDUCE, 0, request_.count, group_.send_handles, only(0, recv(0))); !status) return status;
+  if (Status status = memory(recv(0), result); !status) return status;
+  if (Status status = exchange(BP_ALL_REDUCE, 0, result, result); !status) return status;
+  return local(BP_BROADCAST, 0, request_.count, only(0, recv(0)), group_.recv_handles);
+}
+
+Status SpanningCall::reduce() {
+  const uint32_t root_process = process_of(span_, request_.root);
+  if (root_process == span_.process_index) {
+    const size_t root = request_.root - span_.first_rank;
+    std::byte *source = nullptr, *result = nullptr;
+    if (Status status = memory(recv(root), result); !status) return status;
+    if (local_ == 1) {
+      if (Status status = memory(send(0), source); !status) return status;
+      return exchange(BP_REDUCE, root_process, source, result);
+    }
+    if (Status status = local(BP_REDUCE, static_cast<uint32_t>(root), request_.count, group_.send_handles,
+                              only(root, recv(root)));
+        !status)
+      return status;
+    return exchange(BP_REDUCE, root_process, result, result);
+  }
+  std::byte *partial = nullptr;
+  if (local_ == 1) {
+    if (Status status = memory(send(0), partial); !status) return status;
+  } else {
+    // This process's partial sum has no buffer of the caller's: the group's own.
+    if (Status status = span_.scratch.ensure(block_); !status) return status;
+    partial = span_.scratch.memory;
+    bp_plugin_buffer *view = nullptr;
+    if (Status status = views_.wrap(0, partial, block_, view); !status) return status;
+    if (Status status = local(BP_REDUCE, 0, request_.count, group_.send_handles, only(0, view)); !status) return status;
+  }
+  return exchange(BP_REDUCE, root_process, partial, nullptr);
+}
+
+Status SpanningCall::broadcast() {
+  const uint32_t root_process = process_of(span_, request_.root);
+  if (root_process == span_.process_index) {
+    const size_t root = request_.root - span_.first_rank;
+    std::byte *source = nullptr;
+    if (Status status = memory(send(root), source); !status) return status;
+    if (Status status = exchange(BP_BROADCAST, root_process, source, nullptr); !status) return status;
+    return local(BP_BROADCAST, static_cast<uint32_t>(root), request_.count, only(root, send(root)),
+                 group_.recv_handles);
+  }
+  std::byte *result = nullptr;
+  if (Status status = memory(recv(0), result); !status) return status;
+  if (Status status = exchange(BP_BROADCAST, root_process, nullptr, result); !status) return status;
+  if (local_ == 1) return {};
+  return local(BP_BROADCAST, 0, request_.count, only(0, recv(0)), group_.recv_handles);
+}
+
+// all_gather (to_all) and gather: the local ranks gather into this
+// process's part of the collecting rank's recv (its blocks at first_rank),
+// which the exchange then fills in place; all_gather broadcasts the whole.
+Status SpanningCall::gather(bool to_all) {
+  const uint32_t root_process = to_all ? 0 : process_of(span_, request_.root);
+  const bool collects = to_all || root_process == span_.process_index;
+  const size_t collector = to_all || !collects ? 0 : request_.root - span_.first_rank;
+  const size_t part_bytes = local_ * block_;
+  std::byte *whole = nullptr, *part = nullptr;
+  if (collects) {
+    if (Status status = memory(recv(collector), whole); !status) return status;
+    part = block_of(whole, span_.first_rank);
+  } else {
+    if (Status status = span_.scratch.ensure(part_bytes); !status) return status;
+    part = span_.scratch.memory;
+  }
+  bp_plugin_buffer *part_view = nullptr;
+  if (Status status = views_.wrap(collector, part, part_bytes, part_view); !status) return status;
+  std::vector<bp_plugin_buffer *> sends(local_, nullptr);
+  for (size_t r = 0; r < local_; ++r) {
+    if (!in_place(r)) {
+      sends[r] = send(r);
+    } else if (r == collector) {
+      sends[r] = part_view;  // its block is where the local gather puts it: in place there too
+    } else {
+      // In place off the collector (all_gather): its block r of its own recv.
+      std::byte *own = nullptr;
+      if (Status status = memory(recv(r), own); !status) return status;
+      if (Status status = views_.wrap(r, block_of(own, span_.first_rank + r), block_, sends[r]); !status)
+        return status;
+    }
+  }
+  if (Status status = local(BP_GATHER, static_cast<uint32_t>(collector), request_.count, sends,
+                            only(collector, part_view));
+      !status)
+    return status;
+  if (!to_all) return exchange(BP_GATHER, root_process, part, collects ? whole : nullptr);
+  if (Status status = exchange(BP_ALL_GATHER, 0, whole, whole); !status) return status;
+  if (local_ == 1) return {};
+  return local(BP_BROADCAST, 0, request_.count * span_.global_size, only(0, recv(0)), group_.recv_handles);
+}
+
+// A local reduce of every block to rank 0 (the group's memory), the
+// exchange's reduce_scatter to this process's part, a local scatter of it.
+Status SpanningCall::reduce_scatter() {
+  const size_t all_bytes = span_.global_size * block_, part_bytes = local_ * block_;
+  if (Status status = span_.scratch.ensure(all_bytes + part_bytes); !status) return status;
+  std::byte *const reduced = span_.scratch.memory, *const part = reduced + all_bytes;
+  bp_plugin_buffer *reduced_view = nullptr, *part_view = nullptr;
+  if (Status status = views_.wrap(0, reduced, all_bytes, reduced_view); !status) return status;
+  if (Status status = views_.wrap(0, part, part_bytes, part_view); !status) return status;
+  if (Status status = local(BP_REDUCE, 0, request_.count * span_.global_size, group_.send_handles,
+                            only(0, reduced_view));
+      !status)
+    return status;
+  if (Status status = exchange(BP_REDUCE_SCATTER, 0, reduced, part); !status) return status;
+  std::vector<bp_plugin_buffer *> recvs(local_, nullptr);
+  for (size_t r = 0; r < local_; ++r) {
+    if (!in_place(r)) {
+      recvs[r] = recv(r);
+      continue;
+    }
+    // In place: the result is block (first_rank + r) of its send.
+    std::byte *own = nullptr;
+    if (Status status = memory(send(r), own); !status) return status;
+    if (Status status = views_.wrap(r, block_of(own, span_.first_rank + r), block_, recvs[r]); !status) return status;
+  }
+  return local(BP_SCATTER, 0, request_.count, only(0, part_view), recvs);
+}
+
+// The exchange's scatter gives each process its part (the group's memory),
+// then a local scatter from the root's rank, or from rank 0 elsewhere.
+Status SpanningCall::scatter() {
+  const uint32_t root_process = process_of(span_, request_.root);
+  const bool at_root = root_process == span_.process_index;
+  const size_t from = at_root ? request_.root - span_.first_rank : 0;
+  const size_t part_bytes = local_ * block_;
+  if (Status status = span_.scratch.ensure(part_bytes); !status) return status;
+  std::byte *const part = span_.scratch.memory;
+  std::byte *source = nullptr;
+  if (at_root) {
+    if (Status status = memory(send(from), source); !status) return status;
+  }
+  if (Status status = exchange(BP_SCATTER, root_process, source, part); !status) return status;
+  bp_plugin_buffer *part_view = nullptr;
+  if (Status status = views_.wrap(from, part, part_bytes, part_view); !status) return status;
+  std::vector<bp_plugin_buffer *> recvs = group_.recv_handles;
+  if (at_root && in_place(from)) {
+    // The root's result is its block of its own send.
+    if (Status status = views_.wrap(from, block_of(source, request_.root), block_, recvs[from]); !status)
+      return status;
+  }
+  return local(BP_SCATTER, static_cast<uint32_t>(from), request_.count, only(from, part_view), recvs);
+}
+
+// Block j of local rank r's send goes to rank j: the exchange carries, to
+// each process q, every local rank's blocks for q's ranks, rank by rank.
+// With one local rank and distinct buffers that is its send and recv as
+// they are; otherwise the group's memory holds both layouts.
+Status SpanningCall::all_to_all() {
+  const uint64_t global = span_.global_size;
+  std::vector<std::byte *> sends(local_), recvs(local_);
+  for (size_t r = 0; r < local_; ++r) {
+    if (Status status = memory(send(r), sends[r]); !status) return status;
+    if (Status status = memory(recv(r), recvs[r]); !status) return status;
+  }
+  if (local_ == 1 && sends[0] != recvs[0]) return exchange(BP_ALL_TO_ALL, 0, sends[0], recvs[0]);
+  size_t side = 0;
+  if (__builtin_mul_overflow(local_ * block_, global, &side) || side > SIZE_MAX / 2)
+    return Error(BP_OUT_OF_MEMORY, "all_to_all across processes: " + std::to_string(local_) + " local ranks of " +
+                                       std::to_string(global) + " blocks of " + std::to_string(block_) +
+                                       " bytes overflow the host memory it packs them in");
+  if (Status status = span_.packed.ensure(2 * side); !status) return status;
+  std::byte *const out = span_.packed.memory, *const in = out + side;
+  std::byte *cursor = out;
+  for (uint32_t q = 0; q < span_.process_count; ++q) {
+    const size_t bytes = span_.process_ranks[q] * block_;
+    for (size_t r = 0; r < local_; ++r, cursor += bytes)
+      std::memcpy(cursor, block_of(sends[r], span_.process_first[q]), bytes);
+  }
+  if (Status status = exchange(BP_ALL_TO_ALL, 0, out, in); !status) return status;
+  cursor = in;
+  for (uint32_t q = 0; q < span_.process_count; ++q) {
+    for (uint64_t sender = 0; sender < span_.process_ranks[q]; ++sender) {
+      for (size_t j = 0; j < local_; ++j, cursor += block_)
+        std::memcpy(block_of(recvs[j], span_.process_first[q] + sender), cursor, block_);
+    }
+  }
+  return {};
+}
+
+Status SpanningCall::run() {
+  switch (request_.collective) {
+    case BP_ALL_REDUCE: return all_reduce();
+    case BP_REDUCE: return reduce();
+    case BP_BROADCAST: return broadcast();
+    case BP_ALL_GATHER: return gather(true);
+    case BP_REDUCE_SCATTER: return reduce_scatter();
+    case BP_GATHER: return gather(false);
+    case BP_SCATTER: return scatter();
+    case BP_ALL_TO_ALL: return all_to_all();
+    default: return exchange(BP_BARRIER, 0, nullptr, nullptr);
+  }
+}
+
+// ---- the mismatch guard ---------------------------------------------------
+
+// What every process must agree on about a call, in this order.
+constexpr const char *kFingerprintFields[] = {"collective", "dtype", "reduce_op", "count", "root", "group", "sequence"};
+constexpr size_t kFingerprintSize = std::size(kFingerprintFields);
+using Fingerprint = std::array<uint64_t, kFingerprintSize>;
+
+Fingerprint fingerprint_of(const Span &span, const bp_collective_request &request) {
+  const bool reduces = collective_reduces(request.collective), rooted = collective_has_root(request.collective);
+  const bool typed = request.collective != BP_BARRIER;
+  return {request.collective,  typed ? request.dtype : 0u,  reduces ? request.reduce_op : 0u,
+          typed ? request.count : 0u, rooted ? request.root : 0u, span.group_digest, span.calls};
+}
+
+uint64_t mix(uint64_t hash, uint64_t value) {
+  // splitmix64's finaliser over the running hash: every field moves every bit.
+  hash ^= value + 0x9E3779B97F4A7C15ull + (hash << 6) + (hash >> 2);
+  hash ^= hash >> 30;
+  hash *= 0xBF58476D1CE4E5B9ull;
+  hash ^= hash >> 27;
+  hash *= 0x94D049BB133111EBull;
+  return hash ^ (hash >> 31);
+}
+
+std::string field_value(size_t field, uint64_t value) {
+  switch (field) {
+    case 0: return collective_name(static_cast<uint32_t>(value));
+    case 1: return dtype_name(static_cast<uint32_t>(value));
+    case 2: return reduce_op_name(static_cast<uint32_t>(value));
+    default: return std::to_string(value);
+  }
+}
+
+// The processes' fingerprints differ: which fields, with which process passing what.
+Error mismatch(const Span &span, const bp_collective_request &request, const std::vector<Fingerprint> &all) {
+  std::string text;
+  nlohmann::json fields = nlohmann::json::object();
+  std::vector<uint32_t> differing;
+  for (size_t field = 0; field < kFingerprintSize; ++field) {
+    std::vector<std::pair<uint64_t, std::vector<uint32_t>>> values;  // value -> processes, in first-seen order
+    for (uint32_t p = 0; p < all.size(); ++p) {
+      auto found = std::find_if(values.begin(), values.end(), [&](const auto &v) { return v.first == all[p][field]; });
+      if (found == values.end()) values.push_back({all[p][field], {p}});
+      else found->second.push_back(p);
+    }
+    if (values.size() < 2) continue;
+    nlohmann::json by_value = nlohmann::json::object();
+    std::string part = std::string(kFingerprintFields[field]) + ":";
+    for (const auto &[value, processes] : values) {
+      std::string who;
+      for (uint32_t p : processes) {
+        who += (who.empty() ? "" : ",") + std::to_string(p);
+        if (std::find(differing.begin(), differing.end(), p) == differing.end()) differing.push_back(p);
+      }
+      part += " process" + std::string(processes.size() > 1 ? "es " : " ") + who + " " + field_value(field, value);
+      by_value[field_value(field, value)] = processes;
+    }
+    fields[kFingerprintFields[field]] = by_value;
+    text += (text.empty() ? "" : "; ") + part;
+  }
+  std::sort(differing.begin(), differing.end());
+  Error error(BP_INVALID_ARGUMENT, operation_of(request) + " on process " + std::to_string(span.process_index) +
+                                       ": the processes' calls differ (" + text + ")");
+  error.with("mismatch", fields).with("processes", differing).with("process", span.process_index);
+  return std::move(error).hint("every process must make the same calls on the group in the same order");
+}
+
+}  // namespace
+
+// One small exchange before the data moves: the minimum of each process's
+// hash and of its complement, so that min != ~min(~h) means some differ.
+// Only then are the fingerprints gathered to name what differs.
+Status SpanningCall::guard() {
+  const Fingerprint mine = fingerprint_of(span_, request_);
+  uint64_t hash = 0;
+  for (uint64_t value : mine) hash = mix(hash, value);
+  uint64_t both[2] = {hash, ~hash};
+  if (Status status = exchange(BP_ALL_REDUCE, BP_U64, BP_MIN, 2, 0, both, both, 0); !status) return status;
+  if (both[0] == ~both[1]) return {};
+  std::vector<Fingerprint> all(span_.process_count);
+  if (Status status = exchange(BP_ALL_GATHER, BP_U64, BP_MIN, kFingerprintSize, 0, mine.data(), all.data(),
+                               BP_EXCHANGE_ONE_BLOCK_PER_PROCESS);
+      !status)
+    return status;
+  return mismatch(span_, request_, all);
+}
+
+// ---- the transport and a group's side of it ---------------------------------
+
+OpenTransport::~OpenTransport() {
+  if (!handle) return;
+  call_plugin_release(*plugin, "close", [&] { plugin->transport_functions.close(plugin->state, handle); });
+}
+
+HostArea::~HostArea() { ::operator delete[](memory, kAreaAlignment); }
+
+Status HostArea::ensure(size_t wanted) {
+  if (wanted <= bytes) return {};
+  const size_t rounded = (wanted + kAreaGranule - 1) / kAreaGranule * kAreaGranule;
+  std::byte *grown = nullptr;
+  try {
+    grown = static_cast<std::byte *>(::operator new[](rounded, kAreaAlignment));
+  } catch (const std::bad_alloc &) {
+    return Error(BP_OUT_OF_MEMORY, "a group across processes cannot allocate " + std::to_string(rounded) +
+                                       " bytes of host memory for its exchanges");
+  }
+  ::operator delete[](memory, kAreaAlignment);
+  memory = grown;
+  bytes = rounded;
+  return {};
+}
+
+void SpanDeleter::operator()(Span *span) const { delete span; }
+void OpenTransportDeleter::operator()(OpenTransport *transport) const { delete transport; }
+
+Span::~Span() {
+  if (!transport) return;
+  LoadedPlugin &plugin = *transport->plugin;
+  for (bp_plugin_request *request : abandoned)
+    call_plugin_release(plugin, "exchange_release",
+                        [&] { plugin.transport_functions.exchange_release(plugin.state, request); });
+  if (comm)
+    call_plugin_release(plugin, "comm_destroy", [&] { plugin.transport_functions.comm_destroy(plugin.state, comm); });
+}
+
+Status open_transport(bp_host &host, const bp_transport_options &options) {
+  constexpr const char *function = "bp_host_open_transport";
+  if (options.struct_size < BP_TRANSPORT_OPTIONS_SIZE_V1_6)
+    return Error(BP_INVALID_ARGUMENT, std::string(function) + ": options->struct_size is below its 1.6 size");
+  if (!options.plugin) return Error(BP_INVALID_ARGUMENT, std::string(function) + ": options->plugin is NULL");
+  if (options.flags & ~BP_TRANSPORT_OPTION_HANDLE)
+    return Error(BP_INVALID_ARGUMENT, std::string(function) + ": unknown flags " + std::to_string(options.flags));
+  const std::string name = one_line_utf8(options.plugin);
+  std::string options_json = "{}";
+  if (options.options_json) {
+    nlohmann::json parsed = nlohmann::json::parse(options.options_json, nullptr, false);
+    if (parsed.is_discarded() || !parsed.is_object())
+      return Error(BP_CONFIG, std::string(function) + ": the options of transport '" + name +
+                                  "' are not a JSON object");
+    options_json = parsed.dump();
+  }
+  std::unique_lock lock(host.mutex);
+  if (host.transport)
+    return Error(BP_INVALID_ARGUMENT, std::string(function) + ": the host has transport '" +
+                                          host.transport->plugin->transport + "' open already")
+        .hint("a host opens one transport; make another host for another");
+  LoadedPlugin *provider = nullptr;
+  std::vector<std::string> known;
+  for (const auto &plugin : host.plugins) {
+    if (plugin->transport.empty()) continue;
+    if (plugin->transport == name) provider = plugin.get();
+    known.push_back(plugin->transport);
+  }
+  if (!provider) {
+    Error error(BP_PLUGIN_NOT_FOUND, "no loaded plugin provides transport '" + name + "'" +
+                                         (known.empty() ? " (no transport plugin is loaded)" : ""));
+    error.with("transport", name).with("transports", known);
+    const std::string hint = did_you_mean(name, known);
+    return std::move(error).hint(!hint.empty() ? hint
+                                               : "put libbackplane_mpi.so in a plugin directory (built with Open MPI)");
+  }
+  auto transport = std::make_unique<OpenTransport>();
+  transport->plugin = provider;
+  if (options.timeout_ns != 0) transport->timeout_ns = options.timeout_ns;
+  bp_transport_open_args args{};
+  args.struct_size = sizeof args;
+  args.options_json = options_json.c_str();
+  args.flags = (options.flags & BP_TRANSPORT_OPTION_HANDLE) ? BP_TRANSPORT_GIVEN_HANDLE : 0u;
+  args.handle = options.handle;
+  const bp_transport_functions &functions = provider->transport_functions;
+  Status status = call_plugin(*provider, "open", [&](bp_error_sink *sink) {
+    return functions.open(provider->state, &args, &transport->handle, sink);
+  });
+  if (status && !transport->handle) status = plugin_returned_null(*provider, "open");
+  if (!status) return status;
+  bp_transport_info info{};
+  info.struct_size = sizeof info;
+  status = call_plugin(*provider, "transport_info", [&](bp_error_sink *sink) {
+    return functions.transport_info(provider->state, transport->handle, &info, sink);
+  });
+  if (!status) return status;  // the transport closes with its unique_ptr
+  if (info.process_count == 0 || info.process_index >= info.process_count)
+    return Error(BP_PLUGIN_INIT, "transport '" + name + "' says it is process " + std::to_string(info.process_index) +
+                                     " of " + std::to_string(info.process_count));
+  transport->process_index = info.process_index;
+  transport->process_count = info.process_count;
+  transport->library = read_bounded_string(info.library, kMaxPluginTextBytes).text;
+  transport->details = read_bounded_string(info.details, kMaxPluginTextBytes).text;
+  log(BP_LOG_INFO, "transport",
+      "opened '" + name + "': process " + std::to_string(info.process_index) + " of " +
+          std::to_string(info.process_count) + "; " + transport->library + "; " + transport->details);
+  host.transport.reset(transport.release());
+  return {};
+}
+
+Status prepare_span(bp_group &group, bool guard, HostLock host_lock) {
+  bp_host &host = *group.host;
+  OpenTransport *transport = nullptr;
+  if (host_lock == HostLock::take) {
+    std::shared_lock lock(host.mutex);
+    transport = host.transport.get();
+  } else {
+    transport = host.transport.get();
+  }
+  if (!transport)
+    return Error(BP_INVALID_ARGUMENT, "bp_group_create: span BP_SPAN_WORLD needs the host's transport, and none is open")
+        .hint("call bp_host_open_transport first, or give the fleet a \"transport\": {\"plugin\": \"mpi\"}");
+  if (group.layered)
+    return Error(BP_UNSUPPORTED_DEVICE, "bp_group_create: a group across processes takes no layered device yet")
+        .with("devices", nlohmann::json::array())
+        .hint("use bp_device_base() for its ranks, or the group option guard for the cross-process mismatch guard");
+  if (!group.kind) {
+    std::vector<std::string> kinds;
+    for (const bp_device *device : group.ranks)
+      if (std::find(kinds.begin(), kinds.end(), device->kind->name) == kinds.end()) kinds.push_back(device->kind->name);
+    return Error(BP_MIXED_DEVICE_KINDS, "bp_group_create: a group across processes takes one device kind per "
+                                        "process for now, and this process gives " + std::to_string(kinds.size()))
+        .with("kinds", kinds)
+        .hint("make the group of one kind in each process (cpu), and stage other kinds in a group of their own");
+  }
+  const LoadedPlugin &plugin = *group.kind->plugin;
+  for (const bp_device *device : group.ranks) {
+    if (plugin.functions.buffer_host_memory && plugin.functions.buffer_wrap_host &&
+        (device->flags & BP_DEVICE_HOST_ADDRESSABLE))
+      continue;
+    return Error(BP_UNSUPPORTED_DEVICE, "bp_group_create: a group across processes needs devices whose buffers are "
+                                        "host memory, and '" + device->name + "' (" + device->kind->name +
+                                        ") has device memory")
+        .with("device", device->name)
+        .hint("use cpu devices in a group across processes; device memory is not carried across processes yet");
+  }
+  auto span = std::unique_ptr<Span, SpanDeleter>(new Span);
+  span->transport = transport;
+  span->guard = guard;
+  LoadedPlugin &carrier = *transport->plugin;
+  bp_transport_comm_args args{};
+  args.struct_size = sizeof args;
+  args.local_ranks = group.ranks.size();
+  args.timeout_ns = transport->timeout_ns;
+  bp_transport_comm_info info{};
+  info.struct_size = sizeof info;
+  Status status = call_plugin(carrier, "comm_create", [&](bp_error_sink *sink) {
+    return carrier.transport_functions.comm_create(carrier.state, transport->handle, &args, &info, &span->comm, sink);
+  });
+  if (status && !span->comm) status = plugin_returned_null(carrier, "comm_create");
+  if (!status) return status;
+  if (info.process_count == 0 || info.process_index >= info.process_count || !info.process_ranks ||
+      info.process_ranks[info.process_index] != group.ranks.size())
+    return Error(BP_INTERNAL, "transport '" + carrier.transport + "' made a group whose process table is wrong");
+  span->process_index = info.process_index;
+  span->process_count = info.process_count;
+  span->process_ranks.assign(info.process_ranks, info.process_ranks + info.process_count);
+  uint64_t first = 0;
+  for (uint64_t ranks : span->process_ranks) {
+    span->process_first.push_back(first);
+    if (ranks == 0 || __builtin_add_overflow(first, ranks, &first) || first > (uint64_t{1} << 32))
+      return Error(BP_INTERNAL, "transport '" + carrier.transport + "' made a group of impossible size");
+  }
+  span->global_size = first;
+  span->first_rank = span->process_first[span->process_index];
+  uint64_t digest = mix(0, span->global_size);
+  for (unsigned char c : group.name) digest = mix(digest, c);
+  span->group_digest = digest;
+  group.global_ranks = static_cast<size_t>(span->global_size);
+  group.first_rank = static_cast<size_t>(span->first_rank);
+  group.capabilities.intersect(carrier.transport_capabilities);
+  group.span = std::move(span);
+  return {};
+}
+
+Status transport_carries(const bp_group &group, uint32_t collective, uint32_t dtype, uint32_t op, uint32_t mode_flags) {
+  const LoadedPlugin &carrier = *group.span->transport->plugin;
+  const Support support = carrier.transport_capabilities.lookup(collective, dtype, op, mode_flags);
+  if (support == Support::yes) return {};
+  static constexpr bp_code codes[] = {BP_OK, BP_UNSUPPORTED_COLLECTIVE, BP_UNSUPPORTED_DTYPE, BP_UNSUPPORTED_REDUCE_OP,
+                                      BP_INVALID_ARGUMENT};
+  std::string what = collective_name(collective);
+  if (support == Support::no_dtype) what = std::string(dtype_name(dtype)) + " " + what;
+  if (support == Support::no_reduce_op) what = std::string(reduce_op_name(op)) + " " + what + " of " + dtype_name(dtype);
+  if (support == Support::no_mode)
+    what += mode_flags & BP_CAPABILITY_IN_PLACE ? " in place" : " out of place";
+  Error error(codes[static_cast<int>(support)],
+              "transport '" + carrier.transport + "' does not carry " + what + " across processes");
+  error.with("path", "across processes").with("transport", carrier.transport);
+  return std::move(error).hint("run it on a group of this process's devices, or convert the data to a type it carries");
+}
+
+Error broken_group(const bp_group &group) {
+  Error error(BP_DEVICE_FAILURE, "group '" + group.name + "' across processes is broken: " + group.span->broken_reason);
+  error.with("broken", true).with("process", group.span->process_index);
+  return std::move(error).hint("destroy the group; every process must make the same calls in the same order");
+}
+
+Status run_spanning(bp_group &group, const bp_collective_request &request) {
+  Span &span = *group.span;
+  if (span.broken.load(std::memory_order_acquire)) return broken_group(group);
+  SpanningCall call(group, request);
+  if (span.guard) {
+    if (Status status = call.guard(); !status) return status;
+  }
+  return call.run();
+}
+
+}  // namespace backplane
+
+using namespace backplane;
+
+extern "C" {
+
+bp_error *bp_host_open_transport(bp_host *host, const bp_transport_options *options) {
+  return guarded([&]() -> Status {
+    if (!host) return null_argument("bp_host_open_transport", "host");
+    if (!options) return null_argument("bp_host_open_transport", "options");
+    return open_transport(*host, *options);
+  });
+}
+
+bp_error *bp_host_transport(const bp_host *host, bp_transport_facts *out) {
+  return guarded([&]() -> Status {
+    if (!host) return null_argument("bp_host_transport", "host");
+    bp_transport_facts facts{};
+    facts.struct_size = sizeof facts;
+    facts.plugin = facts.library = facts.details = "";
+    facts.process_count = 1;
+    std::shared_lock lock(host->mutex);
+    if (const OpenTransport *transport = host->transport.get()) {
+      facts.plugin = transport->plugin->transport.c_str();
+      facts.library = transport->library.c_str();
+      facts.details = transport->details.c_str();
+      facts.process_index = transport->process_index;
+      facts.process_count = transport->process_count;
+      facts.timeout_ns = transport->timeout_ns;
+    }
+    return write_out("bp_host_transport", out, facts, BP_TRANSPORT_FACTS_SIZE_V1_6);
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,110 @@
+// Groups that span processes (backplane.h, "transports"): the host's open
+// transport, and a group's side of it.
+//
+// A collective on such a group runs in three phases on this process's
+// thread: its local ranks work on their own plugin (a local reduce, gather
+// or scatter over the group's own comm), one exchange per process crosses
+// through the transport on host memory, and the result goes back to the
+// local ranks (a local broadcast or scatter). The local ranks' buffers are
+// host memory (plugin ABI 1.4 buffer_host_memory), so the exchange works on
+// them in place: no copy of a cpu rank's data, except where a collective's
+// layout differs between the ranks and the processes (all_to_all) or the
+// result has no buffer of its own on this process (a reduce's or gather's
+// partial result off the root), where the group keeps host memory of its own.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backplane/backplane.h"
+#include "backplane/plugin.h"
+#include "error.hpp"
+
+struct bp_group;
+struct bp_host;
+
+namespace backplane {
+
+struct LoadedPlugin;
+enum class HostLock;
+
+// How long a call waits for the other processes when the application says 0.
+inline constexpr int64_t kDefaultTransportTimeoutNs = int64_t{60} * 1000 * 1000 * 1000;
+
+// The host's transport (bp_host_open_transport): one per host.
+struct OpenTransport {
+  LoadedPlugin *plugin = nullptr;
+  bp_transport *handle = nullptr;
+  int64_t timeout_ns = kDefaultTransportTimeoutNs;  // negative: no limit
+  std::string library, details;
+  uint32_t process_index = 0, process_count = 1;
+  OpenTransport() = default;
+  OpenTransport(const OpenTransport &) = delete;
+  OpenTransport &operator=(const OpenTransport &) = delete;
+  ~OpenTransport();  // the plugin's close
+};
+
+// Host memory a spanning group keeps for the exchanges that need memory of
+// their own, grown and kept for later calls.
+struct HostArea {
+  std::byte *memory = nullptr;
+  size_t bytes = 0;
+  HostArea() = default;
+  HostArea(const HostArea &) = delete;
+  HostArea &operator=(const HostArea &) = delete;
+  ~HostArea();
+  Status ensure(size_t wanted);
+};
+
+// A group's side of the transport.
+struct Span {
+  OpenTransport *transport = nullptr;
+  bp_transport_comm *comm = nullptr;
+  // Per process, its ranks in the group and its first rank (process-major).
+  std::vector<uint64_t> process_ranks, process_first;
+  uint32_t process_index = 0, process_count = 1;
+  uint64_t global_size = 0, first_rank = 0;
+  bool guard = false;
+  uint64_t group_digest = 0;  // the group's name and size, for the guard's fingerprint
+  // Calls started on the group, the same on every process (the guard's sequence number).
+  uint64_t calls = 0;
+  // Set once an exchange timed out or failed: the processes may be in
+  // different calls, so the group runs nothing more. `broken_reason` is
+  // written before `broken` is set, both under the start claim.
+  std::atomic<bool> broken{false};
+  std::string broken_reason;
+  // Exchanges that timed out: in flight for good, released at destruction.
+  std::vector<bp_plugin_request *> abandoned;
+  HostArea scratch, packed;
+  Span() = default;
+  Span(const Span &) = delete;
+  Span &operator=(const Span &) = delete;
+  ~Span();  // releases what is abandoned, then the transport's comm
+};
+
+// bp_host_open_transport's work; takes the host's lock.
+Status open_transport(bp_host &host, const bp_transport_options &options);
+
+// At group creation, for span BP_SPAN_WORLD: every local rank must be a
+// host-memory device of the group's one kind, without layers; then the
+// transport's comm, made with every other process. Narrows the group's
+// capabilities to what the transport carries.
+Status prepare_span(bp_group &group, bool guard, HostLock host_lock);
+
+// The transport's rows refuse (collective, dtype, op, mode): the refusal
+// names the transport; NULL (ok) when it carries it.
+Status transport_carries(const bp_group &group, uint32_t collective, uint32_t dtype, uint32_t op, uint32_t mode_flags);
+
+// One collective on a spanning group, arguments already checked (the
+// group's send_handles and recv_handles are set): the guard, then the
+// phases. Completes before it returns.
+Status run_spanning(bp_group &group, const bp_collective_request &request);
+
+// The refusal of every call on a broken group.
+Error broken_group(const bp_group &group);
+
+}  // namespace backplane

@@ -1,0 +1,118 @@
+// One group's side of the transport: a communicator of its own (so that
+// groups never match each other's messages) and every process's rank
+// count, both made with nonblocking calls waited for with the host's
+// timeout. What MPI may still write after a timeout is leaked, never freed.
+#include "mpi_plugin.hpp"
+
+namespace backplane::mpi {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::int64_t time_left(std::int64_t timeout_ns, Clock::time_point start) {
+  if (timeout_ns < 0) return -1;
+  const std::int64_t spent = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+  return spent >= timeout_ns ? 0 : timeout_ns - spent;
+}
+
+}  // namespace
+
+std::int32_t create_comm(bp_plugin_state &state, bp_transport &transport, const bp_transport_comm_args &args,
+                         bp_transport_comm_info &info, bp_transport_comm **out, bp_error_sink *sink) {
+  const TableCall call{state.services, sink, kName, "comm_create"};
+  const int me = transport.process_index, processes = transport.process_count;
+  if (args.local_ranks == 0)
+    return call.fail(BP_INVALID_ARGUMENT, "local_ranks is 0 on process %d of %d: a process holds at least one rank",
+                     me, processes);
+  const auto timed_out = [&](const char *phase) {
+    note_abandoned_request();
+    return fail(state.services, sink, BP_TIMEOUT,
+                "the mpi transport timed out after %s making a group (process %d of %d, %s): another process did "
+                "not arrive",
+                seconds_text(args.timeout_ns).c_str(), me, processes, phase);
+  };
+  const auto failed = [&](const char *what, int error) {
+    return fail(state.services, sink, BP_DEVICE_FAILURE, "%s failed on process %d of %d: %s", what, me, processes,
+                mpi_error_text(error).c_str());
+  };
+  const Clock::time_point start = Clock::now();
+  int mpi_error = MPI_SUCCESS;
+
+  // MPI writes the new communicator when the idup completes: after a
+  // timeout that may still happen, so its handle's memory is then leaked.
+  auto group_comm = std::make_unique<MPI_Comm>(MPI_COMM_NULL);
+  MPI_Request request = MPI_REQUEST_NULL;
+  {
+    const std::lock_guard<std::mutex> lock(transport.start_mutex);
+    if (const int error = MPI_Comm_idup(transport.comm, group_comm.get(), &request); error != MPI_SUCCESS)
+      return failed("MPI_Comm_idup", error);
+  }
+  switch (wait_for(request, args.timeout_ns, transport.spin, mpi_error)) {
+    case WaitResult::kDone: break;
+    case WaitResult::kFailed: return failed("MPI_Comm_idup", mpi_error);
+    case WaitResult::kTimedOut:
+      transport.abandoned.store(true);
+      (void)group_comm.release();
+      return timed_out("duplicating its communicator");
+  }
+  MPI_Comm_set_errhandler(*group_comm, MPI_ERRORS_RETURN);
+
+  // processes + 1 entries: the gathered counts, then this process's own (the
+  // send buffer), since MPI reads and writes both until the gather completes.
+  auto gathered = std::make_unique<std::uint64_t[]>(static_cast<std::size_t>(processes) + 1);
+  gathered[static_cast<std::size_t>(processes)] = args.local_ranks;
+  if (const int error = MPI_Iallgather(&gathered[static_cast<std::size_t>(processes)], 1, MPI_UINT64_T,
+                                       gathered.get(), 1, MPI_UINT64_T, *group_comm, &request);
+      error != MPI_SUCCESS) {
+    MPI_Comm_free(group_comm.get());
+    return failed("MPI_Iallgather", error);
+  }
+  switch (wait_for(request, time_left(args.timeout_ns, start), transport.spin, mpi_error)) {
+    case WaitResult::kDone: break;
+    case WaitResult::kFailed:
+      MPI_Comm_free(group_comm.get());
+      return failed("MPI_Iallgather", mpi_error);
+    case WaitResult::kTimedOut:
+      // The communicator and both buffers stay MPI's.
+      (void)group_comm.release();
+      (void)gathered.release();
+      return timed_out("gathering the processes' rank counts");
+  }
+
+  auto comm = std::make_unique<bp_transport_comm>();
+  comm->transport = &transport;
+  comm->comm = *group_comm;
+  comm->process_index = me;
+  comm->process_count = processes;
+  comm->first_block.assign(static_cast<std::size_t>(processes) + 1, 0);
+  for (std::size_t p = 0; p < static_cast<std::size_t>(processes); ++p) {
+    // Every process refuses 0 itself before the gather, so none arrives here.
+    if (__builtin_add_overflow(comm->first_block[p], gathered[p], &comm->first_block[p + 1])) {
+      MPI_Comm_free(&comm->comm);
+      return call.fail(BP_INVALID_ARGUMENT, "the processes' rank counts overflow 64 bits");
+    }
+  }
+  comm->process_ranks = std::move(gathered);
+  if (info.struct_size >= BP_STRUCT_SIZE(bp_transport_comm_info, process_index))
+    info.process_index = static_cast<std::uint32_t>(me);
+  if (info.struct_size >= BP_STRUCT_SIZE(bp_transport_comm_info, process_count))
+    info.process_count = static_cast<std::uint32_t>(processes);
+  if (info.struct_size >= BP_STRUCT_SIZE(bp_transport_comm_info, process_ranks))
+    info.process_ranks = comm->process_ranks.get();
+  *out = comm.release();
+  return BP_OK;
+}
+
+void destroy_comm(bp_plugin_state &state, bp_transport_comm *comm) {
+  if (library_usable()) {
+    if (comm->abandoned.load())
+      plugin_support::log(state.services, BP_LOG_WARN, kName,
+                          "comm_destroy: an exchange of this group timed out and is still in flight; its "
+                          "communicator is left to MPI");
+    else
+      MPI_Comm_free(&comm->comm);
+  }
+  delete comm;
+}
+
+}  // namespace backplane::mpi
