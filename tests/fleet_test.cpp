@@ -1492,6 +1492,15 @@ TEST(ConfigsDirectory, EveryFleetValidates) {
   std::vector<std::string> skipped;
   for (const fs::path &path : fleets) {
     SCOPED_TRACE(path.string());
+#if defined(__SANITIZE_ADDRESS__)
+    // A fleet with a transport initialises Open MPI, whose components leak
+    // from modules it unloads, which no suppression can name; tests/mpi
+    // loads configs/mpi.json in the default preset.
+    if (std::ifstream text(path); json::parse(text).contains("transport")) {
+      skipped.push_back(path.filename().string() + ": opens a transport (not under ASan)");
+      continue;
+    }
+#endif
     SearchOnly search({BACKPLANE_TEST_PLUGIN_DIR});
     bp_host *raw = nullptr;
     ErrorPtr error(bp_host_create_from_fleet_file(path.c_str(), &search.options, &raw));

@@ -513,11 +513,11 @@ class FleetLoader {
       item.info.modes = in_place.is_boolean() ? (in_place.get<bool>() ? BP_WORKLOAD_IN_PLACE : BP_WORKLOAD_OUT_OF_PLACE)
                                               : BP_WORKLOAD_IN_PLACE | BP_WORKLOAD_OUT_OF_PLACE;
       bool good = check_unused_fields(at, entry, collective);
-      if (collective_has_root(collective) && item.info.root >= group->ranks.size()) {
+      if (collective_has_root(collective) && item.info.root >= group->global_ranks) {
         problems_.add(BP_CONFIG, at + "/root", entry["root"],
                       "root " + std::to_string(item.info.root) + " is outside group '" + group_name + "' of " +
-                          std::to_string(group->ranks.size()) + " device(s)",
-                      "use a root below " + std::to_string(group->ranks.size()));
+                          std::to_string(group->global_ranks) + " device(s)",
+                      "use a root below " + std::to_string(group->global_ranks));
         good = false;
       }
       good = parse_workload_sizes(at, entry, collective, item.sizes) && good;

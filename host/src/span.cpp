@@ -2,6 +2,7 @@
 #include "span.hpp"
 
 #include <algorithm>
+#include <climits>
 #include <array>
 #include <cstdio>
 #include <iterator>
@@ -273,7 +274,8 @@ Status SpanningCall::gather(bool to_all) {
                             only(collector, part_view));
       !status)
     return status;
-  if (!to_all) return exchange(BP_GATHER, root_process, part, collects ? whole : nullptr);
+  // At the root in place: its part is already where it goes in `whole`.
+  if (!to_all) return exchange(BP_GATHER, root_process, collects ? whole : part, collects ? whole : nullptr);
   if (Status status = exchange(BP_ALL_GATHER, 0, whole, whole); !status) return status;
   if (local_ == 1) return {};
   return local(BP_BROADCAST, 0, request_.count * span_.global_size, only(0, recv(0)), group_.recv_handles);
@@ -455,18 +457,32 @@ Error mismatch(const Span &span, const bp_collective_request &request, const std
 // hash and of its complement, so that min != ~min(~h) means some differ.
 // Only then are the fingerprints gathered to name what differs.
 Status SpanningCall::guard() {
-  const Fingerprint mine = fingerprint_of(span_, request_);
+  // The exchanges' memory is the group's (Span::guard_memory), not this
+  // frame's: one that times out may still be written later.
+  uint64_t *const memory = span_.guard_memory.get();
+  uint64_t *const both = memory, *const mine = memory + 2, *const all = mine + kFingerprintSize;
+  const Fingerprint fingerprint = fingerprint_of(span_, request_);
+  std::copy(fingerprint.begin(), fingerprint.end(), mine);
   uint64_t hash = 0;
-  for (uint64_t value : mine) hash = mix(hash, value);
-  uint64_t both[2] = {hash, ~hash};
+  for (uint64_t value : fingerprint) hash = mix(hash, value);
+  both[0] = hash;
+  both[1] = ~hash;
   if (Status status = exchange(BP_ALL_REDUCE, BP_U64, BP_MIN, 2, 0, both, both, 0); !status) return status;
   if (both[0] == ~both[1]) return {};
-  std::vector<Fingerprint> all(span_.process_count);
-  if (Status status = exchange(BP_ALL_GATHER, BP_U64, BP_MIN, kFingerprintSize, 0, mine.data(), all.data(),
+  if (Status status = exchange(BP_ALL_GATHER, BP_U64, BP_MIN, kFingerprintSize, 0, mine, all,
                                BP_EXCHANGE_ONE_BLOCK_PER_PROCESS);
       !status)
     return status;
-  return mismatch(span_, request_, all);
+  std::vector<Fingerprint> table(span_.process_count);
+  for (uint32_t p = 0; p < span_.process_count; ++p)
+    std::copy(all + p * kFingerprintSize, all + (p + 1) * kFingerprintSize, table[p].begin());
+  Error error = mismatch(span_, request_, table);
+  // Calls counted apart never line up again: the group can run nothing more.
+  if (error.context()["mismatch"].contains("sequence")) {
+    span_.broken_reason = "the processes' calls on it were counted apart (" + error.message() + ")";
+    span_.broken.store(true, std::memory_order_release);
+  }
+  return error;
 }
 
 // ---- the transport and a group's side of it ---------------------------------
@@ -498,6 +514,11 @@ void SpanDeleter::operator()(Span *span) const { delete span; }
 void OpenTransportDeleter::operator()(OpenTransport *transport) const { delete transport; }
 
 Span::~Span() {
+  if (!abandoned.empty()) {
+    // An exchange still in flight may write the group's own memory yet.
+    (void)guard_memory.release();
+    scratch.memory = packed.memory = nullptr;
+  }
   if (!transport) return;
   LoadedPlugin &plugin = *transport->plugin;
   for (bp_plugin_request *request : abandoned)
@@ -634,6 +655,7 @@ Status prepare_span(bp_group &group, bool guard, HostLock host_lock) {
   span->process_index = info.process_index;
   span->process_count = info.process_count;
   span->process_ranks.assign(info.process_ranks, info.process_ranks + info.process_count);
+  if (guard) span->guard_memory = std::make_unique<uint64_t[]>(2 + kFingerprintSize * (1 + size_t{info.process_count}));
   uint64_t first = 0;
   for (uint64_t ranks : span->process_ranks) {
     span->process_first.push_back(first);
@@ -678,11 +700,32 @@ Error broken_group(const bp_group &group) {
 Status run_spanning(bp_group &group, const bp_collective_request &request) {
   Span &span = *group.span;
   if (span.broken.load(std::memory_order_acquire)) return broken_group(group);
+  // The mpi transport reduces at most INT_MAX elements per exchange (MPI's
+  // counts are ints); refused alike on every process, before anything moves.
+  if (collective_reduces(request.collective)) {
+    const uint64_t elements = request.count * (request.collective == BP_REDUCE_SCATTER ? span.global_size : 1);
+    if (elements > static_cast<uint64_t>(INT32_MAX))
+      return Error(BP_INVALID_ARGUMENT, operation_of(request) + ": " + std::to_string(elements) +
+                                            " elements in one reduction across processes, more than the 2147483647 "
+                                            "MPI counts")
+          .hint("split the call into parts of at most 2147483647 elements");
+  }
   SpanningCall call(group, request);
   if (span.guard) {
     if (Status status = call.guard(); !status) return status;
   }
-  return call.run();
+  // Nothing moves on any process (the guard saw the same count everywhere).
+  if (request.collective != BP_BARRIER && request.count == 0) return {};
+  Status status = call.run();
+  if (!status && !span.broken.load(std::memory_order_relaxed)) {
+    // Failed here before or between its exchanges: the others may be
+    // waiting in one, which this process's next call would be paired with.
+    span.broken_reason = "call " + std::to_string(span.calls) + " (" + operation_of(request) +
+                         ") failed on process " + std::to_string(span.process_index) + ": " +
+                         status.error().message();
+    span.broken.store(true, std::memory_order_release);
+  }
+  return status;
 }
 
 }  // namespace backplane

@@ -80,6 +80,9 @@ struct Span {
   // Exchanges that timed out: in flight for good, released at destruction.
   std::vector<bp_plugin_request *> abandoned;
   HostArea scratch, packed;
+  // The guard's exchanges: two hashes, this process's fingerprint, every
+  // process's (allocated with the group when it has the guard).
+  std::unique_ptr<uint64_t[]> guard_memory;
   Span() = default;
   Span(const Span &) = delete;
   Span &operator=(const Span &) = delete;

@@ -134,7 +134,7 @@ TEST(SpanningCollectives, MatchTheReference) {
           for (Placement placement : {Placement::out_of_place, Placement::in_place, Placement::mixed}) {
             const bool rooted = collectives::ref::is_rooted(collective);
             for (uint32_t root = 0; root < (rooted ? global : 1); ++root) {
-              for (size_t count : {size_t{1}, size_t{37}}) {
+              for (size_t count : {size_t{0}, size_t{1}, size_t{37}}) {
                 const Case c{collective, dtype, op, placement};
                 SCOPED_TRACE(collectives::case_name(c) + " local " + std::to_string(local) + " root " +
                              std::to_string(root) + " count " + std::to_string(count));
@@ -323,6 +323,22 @@ TEST(Timeout, AProcessThatNeverCallsBreaksTheGroup) {
     EXPECT_FALSE(checked);
   }
   meet_again();
+}
+
+// configs/mpi.json: its groups span every process, and its workload's roots
+// are ranks of the whole group.
+TEST(Fleet, ConfigsMpiLoadsOnTheOpenTransport) {
+  Status loaded = shared_host->load_fleet_file(std::string(BACKPLANE_TEST_SOURCE_DIR) + "/configs/mpi.json");
+  ASSERT_TRUE(loaded) << loaded.error().json();
+  Result<GroupView> world = shared_host->find_group("world");
+  ASSERT_TRUE(world);
+  EXPECT_EQ(world->span()->global_size, 2u * facts().process_count);
+  Result<GroupView> guarded = shared_host->find_group("world_guarded");
+  ASSERT_TRUE(guarded);
+  EXPECT_EQ(guarded->span()->guard, 1u);
+  Result<GroupView> local = shared_host->find_group("local");
+  ASSERT_TRUE(local);
+  EXPECT_EQ(local->span()->process_count, 1u);
 }
 
 // ---- refusals -----------------------------------------------------------------

@@ -79,7 +79,10 @@ struct GroupDescription {
   std::vector<std::string> chains, bases;
   bool layered = false;
   std::vector<PluginInfo> plugins;
-  std::string device_text() const;  // "cpu:0, cpu:1"
+  // A group across processes: how many, and the ranks of all of them.
+  uint32_t processes = 1;
+  uint64_t global_ranks = 0;
+  std::string device_text() const;  // "cpu:0, cpu:1", "cpu:0, cpu:1 (this process's; 4 ranks across 2 processes)"
   std::string plugin_text() const;  // "cpu 0.1.0"
 };
 Result<GroupDescription> describe_group(const Host &host, const GroupView &group);
@@ -87,7 +90,8 @@ Result<GroupDescription> describe_group(const Host &host, const GroupView &group
 // is close enough to suggest.
 std::string closest_name(const std::string &given, const std::vector<std::string> &known);
 
-int run_plugins(const GlobalOptions &options, bool json);
+// open_transports: open each transport to show what it runs on (--transports).
+int run_plugins(const GlobalOptions &options, bool json, bool open_transports);
 // `fleet_file` empty: the loaded plugins' devices only.
 int run_devices(const GlobalOptions &options, const std::string &fleet_file, bool json);
 int run_caps(const GlobalOptions &options, bool json);

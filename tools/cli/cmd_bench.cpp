@@ -328,9 +328,12 @@ int run_bench(const GlobalOptions &options, const BenchOptions &bench) {
   if (std::optional<int> failed = set_up(options, bench, setup)) return *failed;
   GroupView group = setup.group;
   const size_t n = group.size();
-  if (bench.root >= n) {
+  // A group across processes: a root is a rank of every process's.
+  Result<bp_group_span_info> span = group.span();
+  const size_t global = span ? static_cast<size_t>(span->global_size) : n;
+  if (bench.root >= global) {
     print_usage_error("-r " + std::to_string(bench.root) + ": group " + setup.group_label + " has ranks 0.." +
-                      std::to_string(n - 1));
+                      std::to_string(global - 1));
     return kExitUsage;
   }
   Result<GroupDescription> described = describe_group(*setup.host, group);

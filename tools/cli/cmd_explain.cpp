@@ -2,6 +2,7 @@
 // says, without running anything, whether the request would run on the
 // fleet's group and by which plugin, or the structured refusal
 // (bp_group_check) with its alternatives and hint.
+#include <cinttypes>
 #include <nlohmann/json.hpp>
 
 #include "backplane_reference/collective_reference.hpp"
@@ -101,7 +102,7 @@ int run_explain(const GlobalOptions &options, const std::string &fleet_file, con
     print_error(planned.error());
     return kExitFailure;
   }
-  const bool staged = path == BP_PATH_STAGED;
+  const bool staged = path == BP_PATH_STAGED, across = path == BP_PATH_ACROSS_PROCESSES;
   const bool mixed = described->plugins.size() > 1;
   const std::string why_staged =
       mixed ? "the group mixes device kinds"
@@ -112,8 +113,17 @@ int run_explain(const GlobalOptions &options, const std::string &fleet_file, con
     if (is_reducing(collective)) out["reduce_op"] = bp_reduce_op_name(op);
     out["group"] = std::string(group->name());
     out["devices"] = described->devices;
-    out["path"] = staged ? "staged" : "native";
+    out["path"] = staged ? "staged" : across ? "across_processes" : "native";
     if (staged) out["staged_because"] = why_staged;
+    if (across) {
+      const bp_group_span_info span = *group->span();
+      const bp_transport_facts transport = *host->transport();
+      out["transport"] = {{"plugin", transport.plugin},
+                          {"library", transport.library},
+                          {"processes", span.process_count},
+                          {"ranks", span.global_size},
+                          {"first_rank", span.first_rank}};
+    }
     // As an error names it ("plugin": {name, version}); one kind, so one
     // plugin, per group until mixed groups are staged through host memory.
     if (!described->plugins.empty())
@@ -133,6 +143,14 @@ int run_explain(const GlobalOptions &options, const std::string &fleet_file, con
                 "the cpu plugin computes it there (a cpu rank's buffers as they are), and the results are copied "
                 "back\n",
                 why_staged.c_str());
+  } else if (across) {
+    const bp_group_span_info span = *group->span();
+    const bp_transport_facts transport = *host->transport();
+    std::printf("path: across %u processes (%" PRIu64 " ranks; this process's are %" PRIu64 "..%" PRIu64
+                "): the local ranks on the group's own plugin, then one exchange per process through transport "
+                "%s (%s) on host memory, then back to the local ranks\n",
+                span.process_count, span.global_size, span.first_rank, span.first_rank + span.local_size - 1,
+                transport.plugin, transport.library);
   } else {
     std::printf("path: native, by the group's own plugin\n");
   }

@@ -46,11 +46,15 @@ struct TransportLine {
   std::optional<Error> refusal;
 };
 
-std::vector<TransportLine> open_transports(Host &host, const std::vector<PluginInfo> &plugins) {
+std::vector<TransportLine> transport_lines(Host &host, const std::vector<PluginInfo> &plugins, bool open) {
   std::vector<TransportLine> lines;
   for (const PluginInfo &plugin : plugins) {
     if (plugin.transport.empty()) continue;
     TransportLine line{plugin.transport, plugin.name, std::nullopt, std::nullopt};
+    if (!open) {
+      lines.push_back(std::move(line));
+      continue;
+    }
     if (Status opened = host.open_transport(plugin.transport); !opened) {
       line.refusal = opened.error();
     } else if (Result<bp_transport_facts> facts = host.transport(); facts) {
@@ -64,12 +68,12 @@ std::vector<TransportLine> open_transports(Host &host, const std::vector<PluginI
 
 }  // namespace
 
-int run_plugins(const GlobalOptions &options, bool json) {
+int run_plugins(const GlobalOptions &options, bool json, bool open_transports) {
   std::optional<Host> host = open_host(options);
   if (!host) return kExitFailure;
   const std::vector<PluginInfo> plugins = host->plugins();
   const std::vector<const bp_error *> refused = host->refused();
-  const std::vector<TransportLine> transports = open_transports(*host, plugins);
+  const std::vector<TransportLine> transports = transport_lines(*host, plugins, open_transports);
 
   if (json) {
     nlohmann::ordered_json out = {{"loaded", nlohmann::ordered_json::array()},
@@ -168,6 +172,8 @@ int run_plugins(const GlobalOptions &options, bool json) {
     } else if (line.refusal) {
       std::printf("  cannot open: %s: %s\n", std::string(line.refusal->code_name()).c_str(),
                   std::string(line.refusal->message()).c_str());
+    } else {
+      std::printf("  not opened: backplane plugins --transports opens it and shows its library and thread level\n");
     }
   }
   if (!refused.empty()) {

@@ -129,16 +129,20 @@ CollectiveRunner::CollectiveRunner(Host &host, WorkloadInfo entry, std::vector<D
   options.span = BP_SPAN_WORLD;
   std::vector<Device> one = {ranks_[0]};
   // Every process makes it, as it makes the group the entry runs on.
-  if (Result<Group> group = host.create_group(one, options); group)
+  if (Result<Group> group = host.create_group(one, options); group) {
     tally_group_ = std::move(*group);
+    tally_memory_ = std::make_unique<uint64_t[]>(2);
+  }
   else
     print_error(group.error());
 }
 
 void CollectiveRunner::add_across_processes(ModeResult &result) {
   if (!tally_group_) return;
-  uint64_t totals[2] = {result.wrong.value_or(0), result.error ? 1u : 0u};
-  Result<Buffer> wrapped = Buffer::wrap_host(ranks_[0], totals, sizeof totals);
+  uint64_t *const totals = tally_memory_.get();  // the runner's, not this frame's: a timed-out exchange may write it later
+  totals[0] = result.wrong.value_or(0);
+  totals[1] = result.error ? 1u : 0u;
+  Result<Buffer> wrapped = Buffer::wrap_host(ranks_[0], totals, 2 * sizeof *totals);
   if (!wrapped) {
     print_error(wrapped.error());
     return;
@@ -303,9 +307,12 @@ ModeResult median_round(std::vector<ModeResult> rounds) {
   std::optional<size_t> most_wrong;
   for (const ModeResult &round : rounds)
     if (round.wrong && (!most_wrong || *round.wrong > *most_wrong)) most_wrong = round.wrong;
+  size_t errors_elsewhere = 0;
+  for (const ModeResult &round : rounds) errors_elsewhere = std::max(errors_elsewhere, round.errors_elsewhere);
   std::sort(rounds.begin(), rounds.end(), [](const ModeResult &a, const ModeResult &b) { return a.micros < b.micros; });
   ModeResult &chosen = rounds[(rounds.size() - 1) / 2];
   chosen.wrong = most_wrong;
+  chosen.errors_elsewhere = errors_elsewhere;
   return std::move(chosen);
 }
 

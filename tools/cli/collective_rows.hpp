@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -103,6 +104,7 @@ class CollectiveRunner {
   std::vector<Device> ranks_;  // this process's
   size_t global_ranks_ = 0, first_rank_ = 0, processes_ = 1;
   std::optional<Group> tally_group_;
+  std::unique_ptr<uint64_t[]> tally_memory_;
   std::vector<Buffer> first_, second_;  // per rank; an empty Buffer where the rank needs none
 };
 

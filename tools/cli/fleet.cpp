@@ -85,6 +85,9 @@ void print_problems(std::FILE *out, const Error &error, const std::string &file)
 std::string GroupDescription::device_text() const {
   std::string text;
   for (const std::string &device : devices) text += (text.empty() ? "" : ", ") + device;
+  if (processes > 1)
+    text += " (this process's; " + std::to_string(global_ranks) + " ranks across " + std::to_string(processes) +
+            " processes)";
   return text;
 }
 
@@ -111,6 +114,10 @@ Result<GroupDescription> describe_group(const Host &host, const GroupView &group
     if (std::any_of(description.plugins.begin(), description.plugins.end(), listed)) continue;
     auto found = std::find_if(loaded.begin(), loaded.end(), listed);
     description.plugins.push_back(found != loaded.end() ? *found : PluginInfo{base->plugin, "", "", "", 0, 0, {}, {}, {}, ""});
+  }
+  if (Result<bp_group_span_info> span = group.span(); span && span->process_count > 1) {
+    description.processes = span->process_count;
+    description.global_ranks = span->global_size;
   }
   return description;
 }

@@ -42,6 +42,10 @@ int main(int argc, char **argv) {
   plugins->add_flag("--json", json, "Print JSON");
   plugins->add_flag("--probe", options.probe,
                     "Load each plugin file in a probe process first: one that crashes or hangs is refused");
+  bool open_transports = false;
+  plugins->add_flag("--transports", open_transports,
+                    "Open each transport (mpi) to show its library, version and the thread level granted "
+                    "(initialises MPI: a world of one without mpirun)");
   CLI::App *devices = app.add_subcommand("devices", "Devices of the loaded plugins, and of a fleet with its layered devices");
   devices->add_flag("--json", json, "Print JSON");
   std::string devices_fleet;
@@ -174,7 +178,7 @@ int main(int argc, char **argv) {
   }
 
   auto run_subcommand = [&]() -> int {
-    if (plugins->parsed()) return cli::run_plugins(options, json);
+    if (plugins->parsed()) return cli::run_plugins(options, json, open_transports);
     if (devices->parsed()) return cli::run_devices(options, devices_fleet, json);
     if (caps->parsed()) return cli::run_caps(options, json);
     if (validate->parsed()) return cli::run_validate(options, fleet_file, json);

@@ -415,7 +415,10 @@ BP_API bp_error *bp_group_check(bp_group *group, bp_collective collective, bp_dt
  * make the same calls on a spanning group in the same order; a process
  * that does not arrive within the transport's timeout makes the others'
  * call return BP_TIMEOUT, and the group is broken from then on (every later
- * call says so). Buffer arrays of a spanning group are indexed by this
+ * call says so). MPI cannot cancel a collective: the exchange that timed
+ * out stays in flight, and if the late process calls after all it writes
+ * the timed-out call's memory, which must stay allocated until the job ends
+ * (or the late process is known to have called). Buffer arrays of a spanning group are indexed by this
  * process's ranks (bp_group_size); a root is a rank of the whole group. */
 
 /* bp_transport_options.flags */

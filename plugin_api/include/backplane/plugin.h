@@ -563,10 +563,18 @@ typedef struct bp_layer_table {
  *   all_to_all      send: the blocks for process 0, then 1, ... (count x my x blocks[q] for q)
  *                   recv: what process 0 sent, then 1, ... (count x blocks[q] x my from q)
  *   barrier         no memory
- * In place (send == recv; all_reduce, reduce at the root, all_gather,
- * gather at the root): for all_gather and gather the process's own part is
- * already at its offset of recv. BP_AVG is the sum divided by
- * `average_over` (the group's rank count, not the process count). */
+ * In place is send == recv, the larger of the two buffers: for all_gather
+ * and gather the process's own part is already at its offset of recv; for
+ * reduce_scatter and scatter its part is written there (at off); for
+ * all_to_all the buffer is both layouts at once. BP_AVG is the sum divided
+ * by `average_over` (the group's rank count, not the process count).
+ *
+ * Every process makes the same calls on a transport in the same order
+ * (open, comm_create, each comm's exchanges): they are collective across
+ * the processes. After BP_TIMEOUT the exchange stays in flight, and the
+ * memory it was given may still be written if a late process calls after
+ * all: the host keeps no promise about that memory (backplane.h says so to
+ * applications). */
 
 /* A transport opened by a host (an MPI communicator, the plugin's own
  * duplicate), and one group's side of it. Handles the plugin defines. */

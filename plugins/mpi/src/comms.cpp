@@ -35,6 +35,14 @@ std::int32_t create_comm(bp_plugin_state &state, bp_transport &transport, const 
     return fail(state.services, sink, BP_DEVICE_FAILURE, "%s failed on process %d of %d: %s", what, me, processes,
                 mpi_error_text(error).c_str());
   };
+  // A group whose making timed out left its idup in flight: every later
+  // one would be paired one call off with the other processes' and time
+  // out in turn, so the transport makes no more.
+  if (transport.abandoned.load())
+    return call.fail(BP_DEVICE_FAILURE,
+                     "an earlier group on this transport timed out while it was made (process %d of %d): the "
+                     "processes no longer agree on which group is which; make a new host",
+                     me, processes);
   const Clock::time_point start = Clock::now();
   int mpi_error = MPI_SUCCESS;
 
