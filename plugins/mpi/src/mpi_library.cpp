@@ -2,6 +2,7 @@
 // the process (several hosts may each open one) shares one initialisation,
 // one set of 16-bit user ops and, when the plugin initialised MPI, one
 // MPI_Finalize at the last close.
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 
@@ -99,6 +100,12 @@ std::int32_t claim_library(const TableCall &call, bool given_handle, LibraryFact
     if (given_handle)
       return call.fail(BP_INVALID_ARGUMENT,
                        "a communicator handle was given, but MPI is not initialised in this process");
+    // Open MPI's non-blocking all-reduce (coll/libnbc) picks a binomial tree
+    // by default, half the speed of its ring from 32 KiB up here (2 MiB:
+    // 426 against 223 µs over 2 processes; 8 B: 0.97 against 1.34 µs), and
+    // the timeouts need the non-blocking calls. MCA parameters are read at
+    // MPI_Init from the environment: the ring, unless the user chose.
+    setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "ring", /*overwrite=*/0);
     int provided = MPI_THREAD_SINGLE;
     if (const int error = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided); error != MPI_SUCCESS)
       return call.fail(BP_PLUGIN_INIT, "MPI_Init_thread failed: %s", mpi_error_text(error).c_str());
