@@ -1493,11 +1493,12 @@ TEST(ConfigsDirectory, EveryFleetValidates) {
   for (const fs::path &path : fleets) {
     SCOPED_TRACE(path.string());
 #if defined(__SANITIZE_ADDRESS__)
-    // A fleet with a transport initialises Open MPI, whose components leak
-    // from modules it unloads, which no suppression can name; tests/mpi
-    // loads configs/mpi.json in the default preset.
+    // The asan preset builds no mpi plugin (Open MPI in the process leaks
+    // from components it unloads, which no suppression can name, and
+    // crashes LeakSanitizer's tracer); tests/mpi loads configs/mpi.json in
+    // the default preset.
     if (std::ifstream text(path); json::parse(text).contains("transport")) {
-      skipped.push_back(path.filename().string() + ": opens a transport (not under ASan)");
+      std::cout << "# not under ASan: " << path.filename().string() << " opens a transport\n";
       continue;
     }
 #endif
