@@ -80,8 +80,7 @@ class SpanningCall {
         element_(dtype_size(request.dtype)),
         block_(request.count * element_),
         local_op_(request.reduce_op == BP_AVG ? uint32_t{BP_SUM} : request.reduce_op),
-        views_(group),
-        none_(local_, nullptr) {}
+        views_(group) {}
 
   Status run();
   Status guard();
@@ -129,7 +128,6 @@ class SpanningCall {
   const size_t local_, element_, block_;
   const uint32_t local_op_;
   Views views_;
-  const std::vector<bp_plugin_buffer *> none_;
 };
 
 Status SpanningCall::exchange(uint32_t collective, uint32_t dtype, uint32_t op, size_t count, uint32_t root_process,

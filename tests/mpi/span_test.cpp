@@ -320,7 +320,9 @@ TEST(Timeout, AProcessThatNeverCallsBreaksTheGroup) {
     EXPECT_EQ(refused.error().code(), BP_DEVICE_FAILURE);
     EXPECT_NE(std::string(refused.error().message()).find("broken"), std::string::npos) << refused.error().message();
     Status checked = group.check(BP_ALL_REDUCE, BP_F32, BP_SUM);
-    EXPECT_FALSE(checked);
+    ASSERT_FALSE(checked);
+    EXPECT_EQ(checked.error().code(), BP_DEVICE_FAILURE);
+    EXPECT_EQ(checked.error().field("broken"), "true") << checked.error().json();
   }
   meet_again();
 }
