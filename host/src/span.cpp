@@ -2,7 +2,9 @@
 #include "span.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <array>
 #include <cstdio>
 #include <iterator>
@@ -10,6 +12,7 @@
 #include <mutex>
 #include <new>
 #include <shared_mutex>
+#include <utility>
 
 #include "c_api_guard.hpp"
 #include "fleet_problems.hpp"
@@ -80,6 +83,7 @@ class SpanningCall {
         element_(dtype_size(request.dtype)),
         block_(request.count * element_),
         local_op_(request.reduce_op == BP_AVG ? uint32_t{BP_SUM} : request.reduce_op),
+        fragment_elements_(std::max<size_t>(1, group.span->fragment_bytes / std::max<size_t>(element_, 1))),
         views_(group) {}
 
   Status run();
@@ -89,6 +93,37 @@ class SpanningCall {
                   const void *send, void *recv, uint32_t flags);
 
  private:
+  // exchange() in two halves: `started` is left in flight (NULL for a
+  // plugin that completed it in its start), `finish` waits and releases it.
+  // Either breaks the group when it fails.
+  Status start(uint32_t collective, uint32_t dtype, uint32_t op, size_t count, uint32_t root_process,
+               const void *send, void *recv, uint32_t flags, bp_plugin_request *&started);
+  Status finish(bp_plugin_request *started);
+  Status broke(Status failed);
+  // The fragments of a large collective: fragment k's exchange is in flight
+  // while fragment k-1's local `after` and fragment k+1's local `before` run
+  // (what coll/han does between its levels). `cross(k, started)` starts
+  // fragment k's exchange; `before` or `after` may do nothing.
+  template <typename Before, typename Cross, typename After>
+  Status pipelined(Before &&before, Cross &&cross, After &&after);
+  bool pipelines() const {
+    return local_ > 1 && span_.fragment_bytes > 0 && block_ > span_.fragment_bytes;
+  }
+  // Fragment k: its first element and its element count.
+  size_t fragment_first(size_t k) const { return k * fragment_elements_; }
+  size_t fragment_count(size_t k) const { return std::min(fragment_elements_, request_.count - fragment_first(k)); }
+  // Local rank r's memory from fragment k's first element on, as a buffer of its device.
+  Status fragment_view(size_t r, std::byte *memory, size_t k, bp_plugin_buffer *&view) {
+    return views_.wrap(r, memory + fragment_first(k) * element_, fragment_count(k) * element_, view);
+  }
+  // Every local rank's send and recv at fragment k; a rank in place gets one
+  // view for both, as the caller gave one buffer for both.
+  Status fragment_views(size_t k, bool sends, bool recvs, std::vector<bp_plugin_buffer *> &send_views,
+                        std::vector<bp_plugin_buffer *> &recv_views);
+  Status pipelined_all_reduce();
+  Status pipelined_reduce();
+  Status pipelined_broadcast();
+
   // The local ranks' collective over the group's comm (op: local_op_).
   Status local(uint32_t collective, uint32_t root, size_t count, const std::vector<bp_plugin_buffer *> &send,
                const std::vector<bp_plugin_buffer *> &recv) {
@@ -127,13 +162,38 @@ class SpanningCall {
   LoadedPlugin &plugin_;
   const size_t local_, element_, block_;
   const uint32_t local_op_;
+  const size_t fragment_elements_;
   Views views_;
 };
 
-Status SpanningCall::exchange(uint32_t collective, uint32_t dtype, uint32_t op, size_t count, uint32_t root_process,
-                              const void *send, void *recv, uint32_t flags) {
-  LoadedPlugin &plugin = *span_.transport->plugin;
+// An exchange's start and its wait, for the calls and for group creation.
+Status start_exchange(Span &span, const bp_transport_exchange &exchange, bp_plugin_request *&started) {
+  LoadedPlugin &plugin = *span.transport->plugin;
+  started = nullptr;
+  Status status = call_plugin(plugin, "exchange_start", [&](bp_error_sink *sink) {
+    return plugin.transport_functions.exchange_start(plugin.state, span.comm, &exchange, &started, sink);
+  });
+  if (!status) started = nullptr;
+  return status;
+}
+
+Status finish_exchange(Span &span, bp_plugin_request *started) {
+  if (!started) return {};
+  LoadedPlugin &plugin = *span.transport->plugin;
   const bp_transport_functions &functions = plugin.transport_functions;
+  Status status = call_plugin(plugin, "exchange_wait", [&](bp_error_sink *sink) {
+    return functions.exchange_wait(plugin.state, started, span.transport->timeout_ns, sink);
+  });
+  if (!status && status.error().code() == BP_TIMEOUT) {
+    span.abandoned.push_back(started);  // still in flight: released with the group
+  } else {
+    call_plugin_release(plugin, "exchange_release", [&] { functions.exchange_release(plugin.state, started); });
+  }
+  return status;
+}
+
+bp_transport_exchange exchange_of(const Span &span, uint32_t collective, uint32_t dtype, uint32_t op, size_t count,
+                                  uint32_t root_process, const void *send, void *recv, uint32_t flags) {
   bp_transport_exchange exchange{};
   exchange.struct_size = sizeof exchange;
   exchange.collective = collective;
@@ -143,25 +203,35 @@ Status SpanningCall::exchange(uint32_t collective, uint32_t dtype, uint32_t op, 
   exchange.count = count;
   exchange.send = send;
   exchange.recv = recv;
-  exchange.average_over = span_.global_size;
+  exchange.average_over = span.global_size;
   exchange.flags = flags;
+  return exchange;
+}
+
+Status SpanningCall::start(uint32_t collective, uint32_t dtype, uint32_t op, size_t count, uint32_t root_process,
+                           const void *send, void *recv, uint32_t flags, bp_plugin_request *&started) {
+  const bp_transport_exchange exchange =
+      exchange_of(span_, collective, dtype, op, count, root_process, send, recv, flags);
+  if (Status status = start_exchange(span_, exchange, started); !status) return broke(std::move(status));
+  return {};
+}
+
+Status SpanningCall::finish(bp_plugin_request *started) {
+  if (Status status = finish_exchange(span_, started); !status) return broke(std::move(status));
+  return {};
+}
+
+Status SpanningCall::exchange(uint32_t collective, uint32_t dtype, uint32_t op, size_t count, uint32_t root_process,
+                              const void *send, void *recv, uint32_t flags) {
   bp_plugin_request *started = nullptr;
-  Status status = call_plugin(plugin, "exchange_start", [&](bp_error_sink *sink) {
-    return functions.exchange_start(plugin.state, span_.comm, &exchange, &started, sink);
-  });
-  if (status && started) {
-    status = call_plugin(plugin, "exchange_wait", [&](bp_error_sink *sink) {
-      return functions.exchange_wait(plugin.state, started, span_.transport->timeout_ns, sink);
-    });
-    if (!status && status.error().code() == BP_TIMEOUT) {
-      span_.abandoned.push_back(started);  // still in flight: released with the group
-    } else {
-      call_plugin_release(plugin, "exchange_release", [&] { functions.exchange_release(plugin.state, started); });
-    }
-  }
-  if (status) return {};
+  if (Status status = start(collective, dtype, op, count, root_process, send, recv, flags, started); !status)
+    return status;
+  return finish(started);
+}
+
+Status SpanningCall::broke(Status failed) {
   // The processes may now be in different calls: nothing more runs on the group.
-  Error error = status.take_error();
+  Error error = failed.take_error();
   span_.broken_reason = "call " + std::to_string(span_.calls) + " (" + operation_of(request_) + ") failed: " +
                         error.message();
   span_.broken.store(true, std::memory_order_release);
@@ -174,7 +244,127 @@ Status SpanningCall::exchange(uint32_t collective, uint32_t dtype, uint32_t op, 
   return error;
 }
 
+template <typename Before, typename Cross, typename After>
+Status SpanningCall::pipelined(Before &&before, Cross &&cross, After &&after) {
+  const size_t fragments = (request_.count + fragment_elements_ - 1) / fragment_elements_;
+  bp_plugin_request *in_flight = nullptr;  // fragment k-1's exchange
+  // A failure with an exchange in flight leaves it to the group, broken
+  // now, which releases it when it is destroyed.
+  auto give_up = [&](Status failed) {
+    if (in_flight) span_.abandoned.push_back(in_flight);
+    return failed;
+  };
+  for (size_t k = 0; k < fragments; ++k) {
+    if (Status status = before(k); !status) return give_up(std::move(status));
+    bp_plugin_request *started = nullptr;
+    if (Status status = cross(k, started); !status) return give_up(std::move(status));
+    bp_plugin_request *previous = std::exchange(in_flight, started);
+    if (k == 0) continue;
+    if (Status status = finish(previous); !status) return give_up(std::move(status));
+    if (Status status = after(k - 1); !status) return give_up(std::move(status));
+  }
+  if (Status status = finish(std::exchange(in_flight, nullptr)); !status) return status;
+  return after(fragments - 1);
+}
+
+Status SpanningCall::fragment_views(size_t k, bool sends, bool recvs, std::vector<bp_plugin_buffer *> &send_views,
+                                    std::vector<bp_plugin_buffer *> &recv_views) {
+  send_views.assign(local_, nullptr);
+  recv_views.assign(local_, nullptr);
+  for (size_t r = 0; r < local_; ++r) {
+    std::byte *memory = nullptr;
+    if (send(r) && (sends || (recvs && in_place(r)))) {
+      if (Status status = this->memory(send(r), memory); !status) return status;
+      if (Status status = fragment_view(r, memory, k, send_views[r]); !status) return status;
+    }
+    if (!recvs) continue;
+    if (in_place(r)) {
+      recv_views[r] = send_views[r];
+      continue;
+    }
+    if (!recv(r)) continue;  // off the root of a reduce
+    if (Status status = this->memory(recv(r), memory); !status) return status;
+    if (Status status = fragment_view(r, memory, k, recv_views[r]); !status) return status;
+  }
+  if (!sends) std::fill(send_views.begin(), send_views.end(), nullptr);
+  return {};
+}
+
+// Fragment by fragment: a local reduce into rank 0's recv, the exchange in
+// place there, a local broadcast from it.
+Status SpanningCall::pipelined_all_reduce() {
+  std::byte *result = nullptr;
+  if (Status status = memory(recv(0), result); !status) return status;
+  std::vector<bp_plugin_buffer *> sends, recvs;
+  auto before = [&](size_t k) -> Status {
+    if (Status status = fragment_views(k, true, true, sends, recvs); !status) return status;
+    return local(BP_REDUCE, 0, fragment_count(k), sends, only(0, recvs[0]));
+  };
+  auto cross = [&](size_t k, bp_plugin_request *&started) {
+    std::byte *part = result + fragment_first(k) * element_;
+    return start(BP_ALL_REDUCE, request_.dtype, request_.reduce_op, fragment_count(k), 0, part, part, 0, started);
+  };
+  auto after = [&](size_t k) -> Status {
+    if (Status status = fragment_views(k, false, true, sends, recvs); !status) return status;
+    return local(BP_BROADCAST, 0, fragment_count(k), only(0, recvs[0]), recvs);
+  };
+  return pipelined(before, cross, after);
+}
+
+// Fragment by fragment: the local reduce to the root's rank (or to the
+// group's memory off the root's process), then the exchange's reduce.
+Status SpanningCall::pipelined_reduce() {
+  const uint32_t root_process = process_of(span_, request_.root);
+  const bool at_root = root_process == span_.process_index;
+  const size_t collector = at_root ? request_.root - span_.first_rank : 0;
+  std::byte *result = nullptr;
+  if (at_root) {
+    if (Status status = memory(recv(collector), result); !status) return status;
+  } else {
+    if (Status status = span_.scratch.ensure(block_); !status) return status;
+    result = span_.scratch.memory;
+  }
+  std::vector<bp_plugin_buffer *> sends, recvs;
+  auto before = [&](size_t k) -> Status {
+    if (Status status = fragment_views(k, true, at_root, sends, recvs); !status) return status;
+    if (!at_root) {
+      if (Status status = fragment_view(0, result, k, recvs[0]); !status) return status;
+    }
+    return local(BP_REDUCE, static_cast<uint32_t>(collector), fragment_count(k), sends,
+                 only(collector, recvs[collector]));
+  };
+  auto cross = [&](size_t k, bp_plugin_request *&started) {
+    std::byte *part = result + fragment_first(k) * element_;
+    return start(BP_REDUCE, request_.dtype, request_.reduce_op, fragment_count(k), root_process, part,
+                 at_root ? part : nullptr, 0, started);
+  };
+  return pipelined(before, cross, [](size_t) { return Status(); });
+}
+
+// Fragment by fragment: the exchange's broadcast to this process's rank
+// (the root's send on its process), then a local broadcast from it.
+Status SpanningCall::pipelined_broadcast() {
+  const uint32_t root_process = process_of(span_, request_.root);
+  const bool at_root = root_process == span_.process_index;
+  const size_t from = at_root ? request_.root - span_.first_rank : 0;
+  std::byte *source = nullptr;
+  if (Status status = memory(at_root ? send(from) : recv(0), source); !status) return status;
+  std::vector<bp_plugin_buffer *> sends, recvs;
+  auto cross = [&](size_t k, bp_plugin_request *&started) {
+    std::byte *part = source + fragment_first(k) * element_;
+    return start(BP_BROADCAST, request_.dtype, request_.reduce_op, fragment_count(k), root_process,
+                 at_root ? part : nullptr, at_root ? nullptr : part, 0, started);
+  };
+  auto after = [&](size_t k) -> Status {
+    if (Status status = fragment_views(k, at_root, true, sends, recvs); !status) return status;
+    bp_plugin_buffer *origin = at_root ? sends[from] : recvs[0];
+    return local(BP_BROADCAST, static_cast<uint32_t>(from), fragment_count(k), only(from, origin), recvs);
+  };
+  return pipelined([](size_t) { return Status(); }, cross, after);
+}
+
 Status SpanningCall::all_reduce() {
+  if (pipelines()) return pipelined_all_reduce();
   std::byte *result = nullptr;
   if (local_ == 1) {
     std::byte *source = nullptr;
@@ -190,6 +380,7 @@ Status SpanningCall::all_reduce() {
 }
 
 Status SpanningCall::reduce() {
+  if (pipelines()) return pipelined_reduce();
   const uint32_t root_process = process_of(span_, request_.root);
   if (root_process == span_.process_index) {
     const size_t root = request_.root - span_.first_rank;
@@ -220,6 +411,7 @@ Status SpanningCall::reduce() {
 }
 
 Status SpanningCall::broadcast() {
+  if (pipelines()) return pipelined_broadcast();
   const uint32_t root_process = process_of(span_, request_.root);
   if (root_process == span_.process_index) {
     const size_t root = request_.root - span_.first_rank;
@@ -596,6 +788,49 @@ Status open_transport(bp_host &host, const bp_transport_options &options) {
   return {};
 }
 
+namespace {
+
+// This process's wish for Span::fragment_bytes.
+size_t fragment_bytes_asked() {
+  const char *text = std::getenv("BACKPLANE_SPAN_FRAGMENT_BYTES");
+  if (!text || !*text) return kDefaultFragmentBytes;
+  char *end = nullptr;
+  errno = 0;
+  const unsigned long long value = std::strtoull(text, &end, 10);
+  if (errno != 0 || *end != '\0' || text[0] == '-') {
+    log(BP_LOG_WARN, "transport",
+        "BACKPLANE_SPAN_FRAGMENT_BYTES='" + one_line_utf8(text) + "' is not a byte count; using " +
+            std::to_string(kDefaultFragmentBytes));
+    return kDefaultFragmentBytes;
+  }
+  return static_cast<size_t>(std::min<unsigned long long>(value, SIZE_MAX));
+}
+
+// One exchange when the group is made: the smallest fragment any process
+// asks for, since the processes must cut every call alike.
+Status agree_on_fragment(Span &span) {
+  const uint64_t asked = fragment_bytes_asked();
+  // Not this frame's memory: an exchange that times out may write it later.
+  auto wishes = std::make_unique<uint64_t[]>(2);
+  wishes[0] = asked;  // the minimum of both: the smallest wish and the largest
+  wishes[1] = ~asked;
+  bp_plugin_request *started = nullptr;
+  const bp_transport_exchange exchange =
+      exchange_of(span, BP_ALL_REDUCE, BP_U64, BP_MIN, 2, 0, wishes.get(), wishes.get(), 0);
+  Status status = start_exchange(span, exchange, started);
+  if (status) status = finish_exchange(span, started);
+  if (!span.abandoned.empty()) (void)wishes.release();
+  if (!status) return status;
+  span.fragment_bytes = static_cast<size_t>(wishes[0]);
+  if (wishes[0] != ~wishes[1])
+    log(BP_LOG_WARN, "transport",
+        "the processes ask for different fragments (BACKPLANE_SPAN_FRAGMENT_BYTES, " + std::to_string(wishes[0]) +
+            " to " + std::to_string(~wishes[1]) + " bytes): every process uses " + std::to_string(wishes[0]));
+  return {};
+}
+
+}  // namespace
+
 Status prepare_span(bp_group &group, bool guard, HostLock host_lock) {
   bp_host &host = *group.host;
   OpenTransport *transport = nullptr;
@@ -662,6 +897,7 @@ Status prepare_span(bp_group &group, bool guard, HostLock host_lock) {
   }
   span->global_size = first;
   span->first_rank = span->process_first[span->process_index];
+  if (Status status = agree_on_fragment(*span); !status) return status;
   uint64_t digest = mix(0, span->global_size);
   for (unsigned char c : group.name) digest = mix(digest, c);
   span->group_digest = digest;

@@ -35,6 +35,9 @@ enum class HostLock;
 // How long a call waits for the other processes when the application says 0.
 inline constexpr int64_t kDefaultTransportTimeoutNs = int64_t{60} * 1000 * 1000 * 1000;
 
+// The fragment of a pipelined collective across processes (Span::fragment_bytes).
+inline constexpr size_t kDefaultFragmentBytes = size_t{256} << 10;  // measured: docs/PERFORMANCE.md
+
 // The host's transport (bp_host_open_transport): one per host.
 struct OpenTransport {
   LoadedPlugin *plugin = nullptr;
@@ -69,6 +72,11 @@ struct Span {
   uint32_t process_index = 0, process_count = 1;
   uint64_t global_size = 0, first_rank = 0;
   bool guard = false;
+  // all_reduce, reduce and broadcast with several local ranks run in
+  // fragments of this many bytes (0: in one piece); every process uses the
+  // smallest any of them asked for (kDefaultFragmentBytes, or
+  // BACKPLANE_SPAN_FRAGMENT_BYTES in its environment).
+  size_t fragment_bytes = 0;
   uint64_t group_digest = 0;  // the group's name and size, for the guard's fingerprint
   // Calls started on the group, the same on every process (the guard's sequence number).
   uint64_t calls = 0;
