@@ -548,6 +548,15 @@ Status complete_locked(InFlight &in_flight, int64_t timeout_ns) {
         const StagedArgs &args = group.staging->args;
         status = about(status.take_error(), group, args.collective, args.dtype, args.reduce_op);
       }
+    } else if (in_flight.spanning) [[unlikely]] {
+      bp_group &group = *in_flight.spanning;
+      if (!wait_spanning(*group.span, timeout_ns, status))
+        return Error(BP_TIMEOUT, "the collective across processes is still in flight after " +
+                                     std::to_string(timeout_ns) + " ns");
+      if (!status) {
+        const bp_collective_request &request = group.span->handed.request;
+        status = about(status.take_error(), group, request.collective, request.dtype, request.reduce_op);
+      }
     } else {
       LoadedPlugin &plugin = *in_flight.plugin;
       status = call_plugin(plugin, "request_wait", [&](bp_error_sink *sink) {
@@ -676,10 +685,23 @@ void track(bp_group &group, const std::shared_ptr<InFlight> &in_flight) {
   return {};
 }
 
+// What a group across processes does not run: the transport's refusal,
+// else its local side's (the group's kind, or staging's cpu plugin).
+[[gnu::cold, gnu::noinline]] Status span_unsupported(const bp_group &group, uint32_t collective, uint32_t dtype,
+                                                     uint32_t op, uint32_t mode_flags, Support support,
+                                                     HostLock host_lock) {
+  if (Status refusal = transport_carries(group, collective, dtype, op, mode_flags); !refusal)
+    return about(refusal.take_error(), group, collective, dtype, op);
+  if (group.span->staged) return staged_unsupported(group, collective, dtype, op, mode_flags, support);
+  return unsupported(group, collective, dtype, op, mode_flags, support, host_lock);
+}
+
 // A collective on a group across processes (span.hpp): the local kind's
-// table and the transport's rows, then the phases, completed before it
-// returns (an _async call's event is complete when it has it).
-[[gnu::cold, gnu::noinline]] Status start_spanning(bp_group &group, const bp_collective_request &request) {
+// table and the transport's rows, then the phases: on this thread for a
+// blocking call, else on the group's runner thread (its entry tracked and
+// left in group.staged_started for start_collective).
+[[gnu::cold, gnu::noinline]] Status start_spanning(bp_group &group, const bp_collective_request &request,
+                                                   bool caller_waits) {
   const uint32_t collective = request.collective, dtype = request.dtype, op = request.reduce_op;
   // Every call counts, a refused one too: a process whose call never
   // reached the others carries a later sequence number into its next one,
@@ -692,15 +714,25 @@ void track(bp_group &group, const std::shared_ptr<InFlight> &in_flight) {
     return refused(group, about(broken_group(group), group, collective, dtype, op));
   const Support support = group.capabilities.lookup(collective, dtype, op, mode_flags);
   if (support != Support::yes) {
-    if (Status refusal = transport_carries(group, collective, dtype, op, mode_flags); !refusal)
-      return refused(group, about(refusal.take_error(), group, collective, dtype, op));
-    return refused(group, unsupported(group, collective, dtype, op, mode_flags, support, HostLock::take));
+    return refused(group, span_unsupported(group, collective, dtype, op, mode_flags, support, HostLock::take));
   }
   if (collective != BP_BARRIER) {
     const uint64_t limit = group.capabilities.max_bytes(collective, dtype);
     if (limit != 0 && largest_bytes > limit) return refused(group, too_large(group, request, largest_bytes, limit, false));
   }
   GroupCounters::add(group.counters.native);
+  // One call at a time on the processes' exchanges: an _async one in flight finishes first.
+  if (group.tracked.load(std::memory_order_acquire) != 0) wait_for_earlier(group);
+  if (!caller_waits) {
+    auto in_flight = std::make_shared<InFlight>();
+    in_flight->spanning = &group;
+    track(group, in_flight);
+    if (start_spanning_apart(group, request)) {
+      group.staged_started = std::move(in_flight);
+      return {};
+    }
+    in_flight->complete.store(true, std::memory_order_release);  // no runner: it runs here
+  }
   if (Status status = run_spanning(group, request); !status)
     return about(status.take_error(), group, collective, dtype, op);
   return {};
@@ -721,7 +753,7 @@ Status start(bp_group *group, const bp_collective_request *given, bool caller_wa
   uint32_t mode_flags = 0;
   size_t largest_bytes = 0;
   if (group->span) [[unlikely]]
-    return start_spanning(*group, request);
+    return start_spanning(*group, request, caller_waits);
   if (Status status = check_arguments(*group, request, &mode_flags, &largest_bytes); !status) [[unlikely]]
     return status;
   // Step 2: each rank's device is its base's kind and index (layers.hpp);
@@ -796,9 +828,7 @@ Expected<bp_group_path> plan(const bp_group &group, uint32_t collective, uint32_
     if (group.span->broken.load(std::memory_order_acquire))
       return about(broken_group(group), group, collective, dtype, op);
     if (support == Support::yes) return BP_PATH_ACROSS_PROCESSES;
-    if (Status refusal = transport_carries(group, collective, dtype, op, mode_flags); !refusal)
-      return about(refusal.take_error(), group, collective, dtype, op);
-    return unsupported(group, collective, dtype, op, mode_flags, support, host_lock).take_error();
+    return span_unsupported(group, collective, dtype, op, mode_flags, support, host_lock).take_error();
   }
   if (group.kind && support == Support::yes) return BP_PATH_NATIVE;
   if (Status refusal = off_table(group, collective, dtype, op, mode_flags, support, host_lock); !refusal)
@@ -827,7 +857,8 @@ Expected<bp_event *> start_collective(bp_group *group, const bp_collective_reque
     layered = std::make_unique<LayeredCall>();
   if (Status status = start(group, request, false, &started, layered.get()); !status) return status.take_error();
   if (!started && group->staged_started) [[unlikely]] {
-    // Through host memory, on the group's runner (start_off_table tracked it).
+    // Through host memory or across processes, on the group's runner
+    // (start_off_table or start_spanning tracked it).
     event->in_flight = std::move(group->staged_started);
     std::lock_guard lock(event->in_flight->mutex);
     event->in_flight->layered = std::move(layered);
@@ -863,8 +894,9 @@ bool test_event(bp_event *event) {
   if (in_flight.complete.load(std::memory_order_acquire)) return true;
   std::lock_guard lock(in_flight.mutex);
   if (in_flight.complete.load(std::memory_order_relaxed)) return true;
-  if (in_flight.staged) [[unlikely]] {
-    if (!staged_finished(*in_flight.staged->staging)) return false;
+  if (in_flight.staged || in_flight.spanning) [[unlikely]] {
+    if (in_flight.staged ? !staged_finished(*in_flight.staged->staging) : !spanning_finished(*in_flight.spanning->span))
+      return false;
     Status outcome = complete_locked(in_flight, -1);
     (void)outcome;  // kept in in_flight for its event
     return true;

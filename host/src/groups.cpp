@@ -136,8 +136,8 @@ Status create_group(bp_host *host, bp_device *const *ranks, size_t rank_count, c
     destroy_group(group.release());
     throw;
   }
-  // A mixed group runs what staging runs.
-  if (!group->kind && group->staging) group->capabilities = group->staging->capabilities;
+  // A mixed group runs what staging runs (a spanning one: prepare_span said).
+  if (!spans && !group->kind && group->staging) group->capabilities = group->staging->capabilities;
   *out = group.release();
   return {};
 }

@@ -308,6 +308,9 @@ struct InFlight {
   // An _async call through host memory: the group whose staging runner
   // runs it (plugin and request stay NULL).
   bp_group *staged = nullptr;
+  // An _async call on a group across processes: the group whose span
+  // runner runs it (plugin and request stay NULL).
+  bp_group *spanning = nullptr;
 };
 }  // namespace backplane
 

@@ -19,6 +19,7 @@
 #include "host.hpp"
 #include "log.hpp"
 #include "names.hpp"
+#include "staging.hpp"
 
 namespace backplane {
 namespace {
@@ -40,11 +41,22 @@ uint32_t process_of(const Span &span, uint64_t rank) {
   return static_cast<uint32_t>(after - span.process_first.begin() - 1);
 }
 
-// Host memory of `bytes` wrapped as a buffer on local rank `rank`'s device,
-// destroyed with the set.
+// Where the local phases run: the group's own comm over its ranks' host
+// memory, or, for a staged group (Span::staged), the staging's cpu comm
+// over the ranks' copies in host memory.
+struct LocalSide {
+  LoadedPlugin *plugin = nullptr;
+  bp_plugin_comm *comm = nullptr;
+  uint32_t kind_index = 0;               // in the plugin
+  std::vector<uint32_t> devices;         // local rank r's device index in the plugin
+  std::vector<bp_plugin_buffer *> send, recv;  // the call's buffers, on that plugin
+};
+
+// Host memory of `bytes` wrapped as a buffer on local rank `rank`'s device
+// of the local side, destroyed with the set.
 class Views {
  public:
-  explicit Views(bp_group &group) : group_(group), plugin_(*group.kind->plugin) {}
+  explicit Views(const LocalSide &side) : side_(side), plugin_(*side.plugin) {}
   Views(const Views &) = delete;
   Views &operator=(const Views &) = delete;
   ~Views() {
@@ -53,10 +65,9 @@ class Views {
   }
   Status wrap(size_t rank, std::byte *memory, size_t bytes, bp_plugin_buffer *&view) {
     view = nullptr;
-    const bp_device &device = *group_.ranks[rank];
     // A wrapped range of zero bytes is still a buffer: the plugin sees count 0.
     Status status = call_plugin(plugin_, "buffer_wrap_host", [&](bp_error_sink *sink) {
-      return plugin_.functions.buffer_wrap_host(plugin_.state, device.kind->index_in_plugin, device.index, memory,
+      return plugin_.functions.buffer_wrap_host(plugin_.state, side_.kind_index, side_.devices[rank], memory,
                                                 std::max<size_t>(bytes, 1), &view, sink);
     });
     if (status && !view) status = plugin_returned_null(plugin_, "buffer_wrap_host");
@@ -65,7 +76,7 @@ class Views {
   }
 
  private:
-  bp_group &group_;
+  const LocalSide &side_;
   LoadedPlugin &plugin_;
   std::vector<bp_plugin_buffer *> views_;
 };
@@ -74,17 +85,17 @@ class Views {
 // exchanges across processes.
 class SpanningCall {
  public:
-  SpanningCall(bp_group &group, const bp_collective_request &request)
-      : group_(group),
-        span_(*group.span),
+  SpanningCall(bp_group &group, const bp_collective_request &request, const LocalSide &side)
+      : span_(*group.span),
         request_(request),
-        plugin_(*group.kind->plugin),
+        side_(side),
+        plugin_(*side.plugin),
         local_(group.ranks.size()),
         element_(dtype_size(request.dtype)),
         block_(request.count * element_),
         local_op_(request.reduce_op == BP_AVG ? uint32_t{BP_SUM} : request.reduce_op),
         fragment_elements_(std::max<size_t>(1, group.span->fragment_bytes / std::max<size_t>(element_, 1))),
-        views_(group) {}
+        views_(side) {}
 
   Status run();
   Status guard();
@@ -127,7 +138,7 @@ class SpanningCall {
   // The local ranks' collective over the group's comm (op: local_op_).
   Status local(uint32_t collective, uint32_t root, size_t count, const std::vector<bp_plugin_buffer *> &send,
                const std::vector<bp_plugin_buffer *> &recv) {
-    return run_collective(plugin_, group_.comm,
+    return run_collective(plugin_, side_.comm,
                           collective_args(collective, request_.dtype, local_op_, root, count, local_,
                                           send.data(), recv.data(), BP_COLLECTIVE_CALLER_WAITS));
   }
@@ -138,8 +149,8 @@ class SpanningCall {
   Status memory(bp_plugin_buffer *handle, std::byte *&out) { return plugin_host_memory(plugin_, handle, out); }
   std::byte *block_of(std::byte *memory, uint64_t block) const { return memory + block * block_; }
   // Local rank r's send and recv (the checked arguments) and whether it is in place.
-  bp_plugin_buffer *send(size_t r) const { return group_.send_handles[r]; }
-  bp_plugin_buffer *recv(size_t r) const { return group_.recv_handles[r]; }
+  bp_plugin_buffer *send(size_t r) const { return side_.send[r]; }
+  bp_plugin_buffer *recv(size_t r) const { return side_.recv[r]; }
   bool in_place(size_t r) const { return send(r) && send(r) == recv(r); }
   // Only entry `rank` set: a rooted local collective's one buffer.
   std::vector<bp_plugin_buffer *> only(size_t rank, bp_plugin_buffer *handle) const {
@@ -156,9 +167,9 @@ class SpanningCall {
   Status scatter();
   Status all_to_all();
 
-  bp_group &group_;
   Span &span_;
   const bp_collective_request &request_;
+  const LocalSide &side_;
   LoadedPlugin &plugin_;
   const size_t local_, element_, block_;
   const uint32_t local_op_;
@@ -373,10 +384,10 @@ Status SpanningCall::all_reduce() {
     return exchange(BP_ALL_REDUCE, 0, source, result);
   }
   // Local reduce to rank 0, the exchange in place on its result, a local broadcast.
-  if (Status status = local(BP_REDUCE, 0, request_.count, group_.send_handles, only(0, recv(0))); !status) return status;
+  if (Status status = local(BP_REDUCE, 0, request_.count, side_.send, only(0, recv(0))); !status) return status;
   if (Status status = memory(recv(0), result); !status) return status;
   if (Status status = exchange(BP_ALL_REDUCE, 0, result, result); !status) return status;
-  return local(BP_BROADCAST, 0, request_.count, only(0, recv(0)), group_.recv_handles);
+  return local(BP_BROADCAST, 0, request_.count, only(0, recv(0)), side_.recv);
 }
 
 Status SpanningCall::reduce() {
@@ -390,7 +401,7 @@ Status SpanningCall::reduce() {
       if (Status status = memory(send(0), source); !status) return status;
       return exchange(BP_REDUCE, root_process, source, result);
     }
-    if (Status status = local(BP_REDUCE, static_cast<uint32_t>(root), request_.count, group_.send_handles,
+    if (Status status = local(BP_REDUCE, static_cast<uint32_t>(root), request_.count, side_.send,
                               only(root, recv(root)));
         !status)
       return status;
@@ -405,7 +416,7 @@ Status SpanningCall::reduce() {
     partial = span_.scratch.memory;
     bp_plugin_buffer *view = nullptr;
     if (Status status = views_.wrap(0, partial, block_, view); !status) return status;
-    if (Status status = local(BP_REDUCE, 0, request_.count, group_.send_handles, only(0, view)); !status) return status;
+    if (Status status = local(BP_REDUCE, 0, request_.count, side_.send, only(0, view)); !status) return status;
   }
   return exchange(BP_REDUCE, root_process, partial, nullptr);
 }
@@ -419,13 +430,13 @@ Status SpanningCall::broadcast() {
     if (Status status = memory(send(root), source); !status) return status;
     if (Status status = exchange(BP_BROADCAST, root_process, source, nullptr); !status) return status;
     return local(BP_BROADCAST, static_cast<uint32_t>(root), request_.count, only(root, send(root)),
-                 group_.recv_handles);
+                 side_.recv);
   }
   std::byte *result = nullptr;
   if (Status status = memory(recv(0), result); !status) return status;
   if (Status status = exchange(BP_BROADCAST, root_process, nullptr, result); !status) return status;
   if (local_ == 1) return {};
-  return local(BP_BROADCAST, 0, request_.count, only(0, recv(0)), group_.recv_handles);
+  return local(BP_BROADCAST, 0, request_.count, only(0, recv(0)), side_.recv);
 }
 
 // all_gather (to_all) and gather: the local ranks gather into this
@@ -468,7 +479,7 @@ Status SpanningCall::gather(bool to_all) {
   if (!to_all) return exchange(BP_GATHER, root_process, collects ? whole : part, collects ? whole : nullptr);
   if (Status status = exchange(BP_ALL_GATHER, 0, whole, whole); !status) return status;
   if (local_ == 1) return {};
-  return local(BP_BROADCAST, 0, request_.count * span_.global_size, only(0, recv(0)), group_.recv_handles);
+  return local(BP_BROADCAST, 0, request_.count * span_.global_size, only(0, recv(0)), side_.recv);
 }
 
 // A local reduce of every block to rank 0 (the group's memory), the
@@ -480,7 +491,7 @@ Status SpanningCall::reduce_scatter() {
   bp_plugin_buffer *reduced_view = nullptr, *part_view = nullptr;
   if (Status status = views_.wrap(0, reduced, all_bytes, reduced_view); !status) return status;
   if (Status status = views_.wrap(0, part, part_bytes, part_view); !status) return status;
-  if (Status status = local(BP_REDUCE, 0, request_.count * span_.global_size, group_.send_handles,
+  if (Status status = local(BP_REDUCE, 0, request_.count * span_.global_size, side_.send,
                             only(0, reduced_view));
       !status)
     return status;
@@ -515,7 +526,7 @@ Status SpanningCall::scatter() {
   if (Status status = exchange(BP_SCATTER, root_process, source, part); !status) return status;
   bp_plugin_buffer *part_view = nullptr;
   if (Status status = views_.wrap(from, part, part_bytes, part_view); !status) return status;
-  std::vector<bp_plugin_buffer *> recvs = group_.recv_handles;
+  std::vector<bp_plugin_buffer *> recvs = side_.recv;
   if (at_root && in_place(from)) {
     // The root's result is its block of its own send.
     if (Status status = views_.wrap(from, block_of(source, request_.root), block_, recvs[from]); !status)
@@ -573,6 +584,90 @@ Status SpanningCall::run() {
     default: return exchange(BP_BARRIER, 0, nullptr, nullptr);
   }
 }
+
+// ---- ranks staged through host memory ----------------------------------------
+
+// A staged group's call (Span::staged): each rank's input copied by its own
+// plugin into its host area, wrapped there as a buffer of its cpu device in
+// the staging's comm, and the result copied back. A cpu rank (the
+// staging's direct ranks) takes part in its own memory.
+class StagedRanks {
+ public:
+  // `send` and `recv`: the ranks' own buffers, on their plugins.
+  StagedRanks(bp_group &group, const bp_collective_request &request, const std::vector<bp_plugin_buffer *> &send,
+              const std::vector<bp_plugin_buffer *> &recv, LocalSide &side)
+      : group_(group), request_(request), send_(send), recv_(recv), side_(side), views_(side) {}
+
+  Status up() {
+    const Span &span = *group_.span;
+    const Staging &staging = *group_.staging;
+    const size_t block = request_.count * dtype_size(request_.dtype);
+    const bool rooted = collective_has_root(request_.collective);
+    for (size_t r = 0; r < group_.ranks.size(); ++r) {
+      bp_plugin_buffer *const send = send_[r], *const recv = recv_[r];
+      if (staging.direct[r]) {
+        side_.send[r] = send;
+        side_.recv[r] = recv;
+        continue;
+      }
+      const bool is_root = rooted && span.first_rank + r == request_.root;
+      const bp_rank_buffers use = bp_rank_buffers_of(request_.collective, span.global_size, is_root);
+      const size_t send_bytes = use.uses_send && send ? use.send_blocks * block : 0;
+      const size_t recv_bytes = use.uses_recv && recv ? use.recv_blocks * block : 0;
+      const bool in_place = send && send == recv;
+      // In place: one area for both, copied up whole and back whole.
+      const size_t up_bytes = in_place ? std::max(send_bytes, recv_bytes) : send_bytes;
+      const size_t down_bytes = in_place ? up_bytes : recv_bytes;
+      HostArea &area = span.rank_areas[r];
+      if (Status status = area.ensure(in_place ? up_bytes : send_bytes + recv_bytes); !status) return status;
+      std::byte *const up_memory = area.memory, *const down_memory = in_place ? area.memory : area.memory + send_bytes;
+      LoadedPlugin &plugin = *group_.ranks[r]->kind->plugin;
+      if (up_bytes > 0) {
+        Status status = call_plugin(plugin, "buffer_read", [&](bp_error_sink *sink) {
+          return plugin.functions.buffer_read(plugin.state, send, 0, up_memory, up_bytes, sink);
+        });
+        if (!status) return status;
+        if (Status wrapped = views_.wrap(r, up_memory, up_bytes, side_.send[r]); !wrapped) return wrapped;
+      }
+      if (in_place) {
+        side_.recv[r] = side_.send[r];
+      } else if (down_bytes > 0) {
+        if (Status wrapped = views_.wrap(r, down_memory, down_bytes, side_.recv[r]); !wrapped) return wrapped;
+      }
+      if (down_bytes > 0) copies_.push_back({r, down_memory, down_bytes});
+    }
+    copied_ = true;
+    return {};
+  }
+
+  bool copied() const { return copied_; }
+
+  Status down() {
+    for (const Copy &copy : copies_) {
+      LoadedPlugin &plugin = *group_.ranks[copy.rank]->kind->plugin;
+      bp_plugin_buffer *const recv = recv_[copy.rank];
+      Status status = call_plugin(plugin, "buffer_write", [&](bp_error_sink *sink) {
+        return plugin.functions.buffer_write(plugin.state, recv, 0, copy.memory, copy.bytes, sink);
+      });
+      if (!status) return std::move(status.take_error().with("rank", group_.span->first_rank + copy.rank));
+    }
+    return {};
+  }
+
+ private:
+  struct Copy {
+    size_t rank;
+    const std::byte *memory;
+    size_t bytes;
+  };
+  bp_group &group_;
+  const bp_collective_request &request_;
+  const std::vector<bp_plugin_buffer *> &send_, &recv_;
+  LocalSide &side_;
+  Views views_;
+  std::vector<Copy> copies_;
+  bool copied_ = false;
+};
 
 // ---- the mismatch guard ---------------------------------------------------
 
@@ -704,6 +799,7 @@ void SpanDeleter::operator()(Span *span) const { delete span; }
 void OpenTransportDeleter::operator()(OpenTransport *transport) const { delete transport; }
 
 Span::~Span() {
+  runner.stop();  // its call, if any, finishes before the comm goes
   if (!abandoned.empty()) {
     // An exchange still in flight may write the group's own memory yet.
     (void)guard_memory.release();
@@ -847,29 +943,42 @@ Status prepare_span(bp_group &group, bool guard, HostLock host_lock) {
     return Error(BP_UNSUPPORTED_DEVICE, "bp_group_create: a group across processes takes no layered device yet")
         .with("devices", nlohmann::json::array())
         .hint("use bp_device_base() for its ranks, or the group option guard for the cross-process mismatch guard");
-  if (!group.kind) {
+  // Ranks of several kinds, or with device memory, stage through host
+  // memory: the local phases then run on the cpu plugin's comm.
+  const bool mixed = group.kind == nullptr;
+  const bool host_memory =
+      !mixed && group.kind->plugin->functions.buffer_host_memory && group.kind->plugin->functions.buffer_wrap_host &&
+      std::all_of(group.ranks.begin(), group.ranks.end(),
+                  [](const bp_device *device) { return (device->flags & BP_DEVICE_HOST_ADDRESSABLE) != 0; });
+  if (!host_memory) {
     std::vector<std::string> kinds;
     for (const bp_device *device : group.ranks)
       if (std::find(kinds.begin(), kinds.end(), device->kind->name) == kinds.end()) kinds.push_back(device->kind->name);
-    return Error(BP_MIXED_DEVICE_KINDS, "bp_group_create: a group across processes takes one device kind per "
-                                        "process for now, and this process gives " + std::to_string(kinds.size()))
-        .with("kinds", kinds)
-        .hint("make the group of one kind in each process (cpu), and stage other kinds in a group of their own");
-  }
-  const LoadedPlugin &plugin = *group.kind->plugin;
-  for (const bp_device *device : group.ranks) {
-    if (plugin.functions.buffer_host_memory && plugin.functions.buffer_wrap_host &&
-        (device->flags & BP_DEVICE_HOST_ADDRESSABLE))
-      continue;
-    return Error(BP_UNSUPPORTED_DEVICE, "bp_group_create: a group across processes needs devices whose buffers are "
-                                        "host memory, and '" + device->name + "' (" + device->kind->name +
-                                        ") has device memory")
-        .with("device", device->name)
-        .hint("use cpu devices in a group across processes; device memory is not carried across processes yet");
+    std::string list;
+    for (const std::string &kind : kinds) list += (list.empty() ? "" : ", ") + kind;
+    if (mixed && group.policy == BP_POLICY_REJECT)
+      return Error(BP_MIXED_DEVICE_KINDS, "bp_group_create: this process's ranks of a group across processes mix "
+                                          "device kinds " + list + ", and its policy is 'reject'")
+          .with("kinds", kinds)
+          .with("policy", "reject")
+          .hint("create the group with policy 'stage' to run it through host memory, or from devices of one kind");
+    prepare_staging(group, host_lock, StagingFor::span);
+    if (!group.staging) {
+      const std::string why = "bp_group_create: a group across processes stages " +
+                              (mixed ? "ranks of kinds " + list : "ranks with device memory (" + list + ")") +
+                              " through host memory, and " + group.staging_refusal;
+      return Error(mixed ? BP_MIXED_DEVICE_KINDS : BP_UNSUPPORTED_DEVICE, why)
+          .with("kinds", kinds)
+          .with("staging", group.staging_refusal)
+          .hint("load the cpu plugin with a device for each rank of this process, or use cpu devices only");
+    }
+    group.capabilities = group.staging->capabilities;
   }
   auto span = std::unique_ptr<Span, SpanDeleter>(new Span);
   span->transport = transport;
   span->guard = guard;
+  span->staged = !host_memory;
+  if (span->staged) span->rank_areas = std::make_unique<HostArea[]>(group.ranks.size());
   LoadedPlugin &carrier = *transport->plugin;
   bp_transport_comm_args args{};
   args.struct_size = sizeof args;
@@ -931,7 +1040,82 @@ Error broken_group(const bp_group &group) {
   return std::move(error).hint("destroy the group; every process must make the same calls in the same order");
 }
 
+namespace {
+
+// The local side of a call: the group's own comm and buffers, or a staged
+// group's cpu comm (StagedRanks fills the buffers in).
+LocalSide local_side(const bp_group &group, const std::vector<bp_plugin_buffer *> &send,
+                     const std::vector<bp_plugin_buffer *> &recv) {
+  LocalSide side;
+  const size_t ranks = group.ranks.size();
+  if (!group.span->staged) {
+    side.plugin = group.kind->plugin;
+    side.comm = group.comm;
+    side.kind_index = group.kind->index_in_plugin;
+    for (const bp_device *device : group.ranks) side.devices.push_back(device->index);
+    side.send = send;
+    side.recv = recv;
+    return side;
+  }
+  const Staging &staging = *group.staging;
+  side.plugin = staging.reducer->plugin;
+  side.comm = staging.comm;
+  side.kind_index = staging.reducer->index_in_plugin;
+  side.devices = staging.reducer_devices;
+  side.send.assign(ranks, nullptr);
+  side.recv.assign(ranks, nullptr);
+  return side;
+}
+
+}  // namespace
+
+namespace {
+
+Status run_spanning_on(bp_group &group, const bp_collective_request &request,
+                       const std::vector<bp_plugin_buffer *> &send, const std::vector<bp_plugin_buffer *> &recv);
+
+// The runner's job: the handed call. Nothing may leave a thread's function.
+void run_handed(void *context, uint64_t) {
+  bp_group &group = *static_cast<bp_group *>(context);
+  Span &span = *group.span;
+  try {
+    span.outcome = run_spanning_on(group, span.handed.request, span.handed.send, span.handed.recv);
+  } catch (const std::bad_alloc &) {
+    span.outcome = Error(BP_OUT_OF_MEMORY, "a call across processes ran out of host memory on its runner thread");
+  } catch (...) {
+    span.outcome = Error(BP_INTERNAL, "a call across processes threw on its runner thread");
+  }
+}
+
+}  // namespace
+
+bool start_spanning_apart(bp_group &group, const bp_collective_request &request) {
+  Span &span = *group.span;
+  if (!span.runner.ensure_started(run_handed, &group, "run an _async call across processes apart from its caller"))
+    return false;
+  span.handed.request = request;
+  span.handed.send = group.send_handles;
+  span.handed.recv = group.recv_handles;
+  span.runner_job = span.runner.give();
+  return true;
+}
+
+bool wait_spanning(Span &span, int64_t timeout_ns, Status &outcome) {
+  if (!span.runner.wait_done(span.runner_job + 1, timeout_ns)) return false;
+  outcome = std::exchange(span.outcome, Status());
+  return true;
+}
+
+bool spanning_finished(Span &span) { return span.runner.wait_done(span.runner_job + 1, 0); }
+
 Status run_spanning(bp_group &group, const bp_collective_request &request) {
+  return run_spanning_on(group, request, group.send_handles, group.recv_handles);
+}
+
+namespace {
+
+Status run_spanning_on(bp_group &group, const bp_collective_request &request,
+                       const std::vector<bp_plugin_buffer *> &send, const std::vector<bp_plugin_buffer *> &recv) {
   Span &span = *group.span;
   if (span.broken.load(std::memory_order_acquire)) return broken_group(group);
   // The mpi transport reduces at most INT_MAX elements per exchange (MPI's
@@ -944,7 +1128,19 @@ Status run_spanning(bp_group &group, const bp_collective_request &request) {
                                             "MPI counts")
           .hint("split the call into parts of at most 2147483647 elements");
   }
-  SpanningCall call(group, request);
+  LocalSide side = local_side(group, send, recv);
+  StagedRanks staged(group, request, send, recv, side);
+  if (span.staged && request.collective != BP_BARRIER && request.count != 0) {
+    if (Status status = staged.up(); !status) {
+      // Before its first exchange: the others wait in it for this process.
+      span.broken_reason = "call " + std::to_string(span.calls) + " (" + operation_of(request) +
+                           ") failed on process " + std::to_string(span.process_index) + ": " +
+                           status.error().message();
+      span.broken.store(true, std::memory_order_release);
+      return status;
+    }
+  }
+  SpanningCall call(group, request, side);
   if (span.guard) {
     if (Status status = call.guard(); !status) return status;
   }
@@ -959,8 +1155,12 @@ Status run_spanning(bp_group &group, const bp_collective_request &request) {
                          status.error().message();
     span.broken.store(true, std::memory_order_release);
   }
-  return status;
+  if (!status || !staged.copied()) return status;
+  // Every exchange completed: a copy back that fails leaves the processes in step.
+  return staged.down();
 }
+
+}  // namespace
 
 }  // namespace backplane
 

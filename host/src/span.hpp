@@ -23,6 +23,7 @@
 #include "backplane/backplane.h"
 #include "backplane/plugin.h"
 #include "error.hpp"
+#include "staging.hpp"
 
 struct bp_group;
 struct bp_host;
@@ -88,9 +89,23 @@ struct Span {
   // Exchanges that timed out: in flight for good, released at destruction.
   std::vector<bp_plugin_request *> abandoned;
   HostArea scratch, packed;
+  // Ranks of several kinds or with device memory (bp_group.staging): each
+  // call copies each rank's data to rank_areas[rank] and back, and the local
+  // phases run on the staging's cpu comm. A cpu rank takes part directly.
+  bool staged = false;
+  std::unique_ptr<HostArea[]> rank_areas;
   // The guard's exchanges: two hashes, this process's fingerprint, every
   // process's (allocated with the group when it has the guard).
   std::unique_ptr<uint64_t[]> guard_memory;
+  // _async calls run on `runner`, apart from their caller, one at a time:
+  // job `runner_job` runs `handed` and leaves `outcome`.
+  struct Handed {
+    bp_collective_request request{};
+    std::vector<bp_plugin_buffer *> send, recv;  // the ranks' buffers, as dispatch checked them
+  } handed;
+  Status outcome;
+  uint64_t runner_job = 0;
+  OrderedThread runner;  // last: its thread stops before the rest goes
   Span() = default;
   Span(const Span &) = delete;
   Span &operator=(const Span &) = delete;
@@ -114,6 +129,17 @@ Status transport_carries(const bp_group &group, uint32_t collective, uint32_t dt
 // group's send_handles and recv_handles are set): the guard, then the
 // phases. Completes before it returns.
 Status run_spanning(bp_group &group, const bp_collective_request &request);
+
+// An _async call: hands the call (copied) to the group's runner thread;
+// false when there is no thread to be had (the caller then runs it). The
+// caller holds the group's start claim and nothing else is in flight on it.
+bool start_spanning_apart(bp_group &group, const bp_collective_request &request);
+// Waits for the handed call, at most `timeout_ns` (negative: no limit; the
+// transport's timeout bounds the call itself), and takes its outcome;
+// false when it is still in flight after the timeout.
+bool wait_spanning(Span &span, int64_t timeout_ns, Status &outcome);
+// Whether it finished (wait_spanning then returns at once).
+bool spanning_finished(Span &span);
 
 // The refusal of every call on a broken group.
 Error broken_group(const bp_group &group);

@@ -447,9 +447,11 @@ size_t local_kind_count(const Staging &staging) { return staging.local_kinds.siz
 
 void StagingDeleter::operator()(Staging *staging) const { delete staging; }
 
-void prepare_staging(bp_group &group, HostLock host_lock) {
+void prepare_staging(bp_group &group, HostLock host_lock, StagingFor use) {
   const bool mixed = group.kind == nullptr;
-  if (mixed ? group.policy != BP_POLICY_STAGE : group.on_unsupported != BP_ON_UNSUPPORTED_STAGE) return;
+  if (use == StagingFor::calls &&
+      (mixed ? group.policy != BP_POLICY_STAGE : group.on_unsupported != BP_ON_UNSUPPORTED_STAGE))
+    return;
   const bp_host &host = *group.host;
   std::shared_lock lock(host.mutex, std::defer_lock);
   if (host_lock == HostLock::take) lock.lock();
@@ -522,7 +524,7 @@ void prepare_staging(bp_group &group, HostLock host_lock) {
   staging->recv_handles.resize(ranks);
   staging->every_rank.resize(ranks);
   for (size_t rank = 0; rank < ranks; ++rank) staging->every_rank[rank] = rank;
-  if (mixed) prepare_local_kinds(group, *staging);
+  if (mixed && use == StagingFor::calls) prepare_local_kinds(group, *staging);
   group.staging.reset(staging.release());
 }
 

@@ -175,11 +175,18 @@ struct Staging {
   ~Staging();  // the wrapped buffers, the memory, the comms (the threads go first)
 };
 
+// Who stages through the reducer's comm.
+enum class StagingFor {
+  calls,  // dispatch's step 4: every rank copied up, computed, copied back
+  span,   // a group across processes: its local phases run on the reducer's comm (span.hpp)
+};
+
 // Sets `group.staging` up when the group is mixed (and its policy is
-// stage) or asks to stage what its kind does not declare; when it cannot
-// be staged, `group.staging_refusal` says why ("the cpu plugin is not
-// loaded: ..."), and the group is created all the same.
-void prepare_staging(bp_group &group, HostLock host_lock);
+// stage) or asks to stage what its kind does not declare, or, for a span,
+// always (its caller checked the policy); when it cannot be staged,
+// `group.staging_refusal` says why ("the cpu plugin is not loaded: ..."),
+// and a local group is created all the same.
+void prepare_staging(bp_group &group, HostLock host_lock, StagingFor use = StagingFor::calls);
 
 // How many kinds run locally first (Staging::LocalKind).
 size_t local_kind_count(const Staging &staging);

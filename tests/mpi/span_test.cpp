@@ -4,8 +4,11 @@
 // call on a spanning group is a call all processes make.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,9 +36,13 @@ Host *shared_host = nullptr;
 class SharedHost : public ::testing::Environment {
  public:
   void SetUp() override {
+    // Two cpu devices, as configs/mpi.json has: the groups of cpu ranks, and
+    // the one staging lends to an OpenCL or Vulkan rank beside cpu:1.
     host_ = std::make_unique<Host>(make_cpu_host(R"({"cpu": {"devices": 2}})"));
-    Status loaded = host_->load_plugin(plugin_path("mpi").string());
-    ASSERT_TRUE(loaded) << loaded.error().json();
+    for (const char *plugin : {"mpi", "opencl", "vulkan"}) {
+      Status loaded = host_->load_plugin(plugin_path(plugin).string());
+      ASSERT_TRUE(loaded) << loaded.error().json();
+    }
     Status opened = host_->open_transport("mpi", "", kTimeoutNs);
     ASSERT_TRUE(opened) << opened.error().json();
     shared_host = host_.get();
@@ -163,6 +170,43 @@ TEST(SpanningCollectives, LargeCallsThroughEveryPath) {
   }
 }
 
+// An _async call returns while its exchange waits for a process that is
+// late, and its event completes once that process arrives.
+TEST(SpanningCollectives, AsyncReturnsWhileAnotherProcessIsLate) {
+  const bp_transport_facts transport = facts();
+  if (transport.process_count < 2) GTEST_SKIP() << "a singleton process has no other process to wait for";
+  Group group = make_group(*shared_host, 1);
+  std::vector<Buffer> buffers = floats({group.device(0)}, 256, 1.0f);
+  std::vector<bp_buffer *> handles = raw_handles(buffers);
+  bp_collective_request request{};
+  request.struct_size = sizeof request;
+  request.collective = BP_ALL_REDUCE;
+  request.dtype = BP_F32;
+  request.reduce_op = BP_SUM;
+  request.count = 256;
+  request.send = handles.data();
+  request.recv = handles.data();
+  constexpr auto kLate = std::chrono::milliseconds(400);
+  if (transport.process_index != 0) {
+    std::this_thread::sleep_for(kLate);
+    Status ran = group.run(request);
+    ASSERT_TRUE(ran) << ran.error().json();
+  } else {
+    const auto began = std::chrono::steady_clock::now();
+    Result<Event> event = group.start(request);
+    ASSERT_TRUE(event) << event.error().json();
+    const auto returned = std::chrono::steady_clock::now() - began;
+    EXPECT_LT(returned, kLate / 2) << "the _async call waited for the late process";
+    EXPECT_FALSE(event->test()) << "complete before the late process called";
+    Status waited = event->wait();
+    ASSERT_TRUE(waited) << waited.error().json();
+    EXPECT_GE(std::chrono::steady_clock::now() - began, kLate / 2);
+  }
+  std::vector<float> result(256);
+  ASSERT_TRUE(buffers[0].read(std::span<float>(result)));
+  for (float value : result) ASSERT_EQ(value, static_cast<float>(transport.process_count));
+}
+
 TEST(SpanningCollectives, CheckAndPlanSayTheyCrossProcesses) {
   Group group = make_group(*shared_host, 2);
   bp_group_path path{};
@@ -183,6 +227,80 @@ TEST(SpanningCollectives, CheckAndPlanSayTheyCrossProcesses) {
   EXPECT_NE(std::string(outside.error().message()).find("outside the group of " + std::to_string(span.global_size)),
             std::string::npos)
       << outside.error().message();
+}
+
+// ---- ranks with device memory, and of several kinds ---------------------------
+
+// CI sets BACKPLANE_REQUIRE_OPENCL / BACKPLANE_REQUIRE_VULKAN (.ci/run):
+// there a missing kind fails the test instead of skipping it.
+bool kind_required(const std::string &kind) {
+  std::string variable = "BACKPLANE_REQUIRE_" + kind;
+  for (char &c : variable) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  const char *value = std::getenv(variable.c_str());
+  return value && std::string(value) == "1";
+}
+#define REQUIRE_KINDS(...)                                                              \
+  for (const std::string kind : {__VA_ARGS__}) {                                        \
+    if (!devices_of_kind(*shared_host, kind).empty()) continue;                          \
+    if (kind_required(kind)) FAIL() << "no " << kind << " device, and CI requires one"; \
+    GTEST_SKIP() << "this machine has no " << kind << " device";                        \
+  }
+
+// Every collective on ranks whose buffers are device memory (staged through
+// host memory to the cpu plugin's kernels), alone and beside a cpu rank that
+// takes part in its own memory, against the reference.
+TEST(StagedRanks, DeviceMemoryAndMixedKindsMatchTheReference) {
+  REQUIRE_KINDS("opencl", "vulkan");
+  const uint32_t processes = facts().process_count;
+  const std::vector<std::vector<std::string>> mixes = {{"opencl:0"}, {"vulkan:0", "cpu:1"}, {"cpu:1", "opencl:0"}};
+  const std::vector<bp_collective> collectives = {BP_ALL_REDUCE, BP_REDUCE,  BP_BROADCAST,  BP_ALL_GATHER, BP_REDUCE_SCATTER,
+                                                  BP_GATHER,     BP_SCATTER, BP_ALL_TO_ALL, BP_BARRIER};
+  bp_group_options options = span_options();
+  for (const std::vector<std::string> &mix : mixes) {
+    const size_t global = mix.size() * processes;
+    for (bp_collective collective : collectives) {
+      // f16 where the bytes are reduced (the copies are of bytes alike).
+      for (bp_dtype dtype : {BP_F32, BP_F16}) {
+        if (dtype == BP_F16 && collective != BP_ALL_REDUCE && collective != BP_REDUCE_SCATTER) continue;
+        const bp_reduce_op op = collectives::ref::is_reducing(collective) && dtype == BP_F32 ? BP_MAX : BP_SUM;
+        for (Placement placement : {Placement::out_of_place, Placement::in_place, Placement::mixed}) {
+          const bool rooted = collectives::ref::is_rooted(collective);
+          // The first and the last rank: a root on this process and one elsewhere.
+          for (uint32_t root : {uint32_t{0}, static_cast<uint32_t>(global - 1)}) {
+            if (root != 0 && !rooted) continue;
+            const Case c{collective, dtype, op, placement};
+            SCOPED_TRACE(collectives::case_name(c) + " on " + mix[0] + (mix.size() > 1 ? "+" + mix[1] : "") +
+                         " root " + std::to_string(root));
+            Runner(*shared_host, c, mix, 37, root, Path::named_blocking, &options).run();
+            if (::testing::Test::HasFatalFailure()) return;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(StagedRanks, PolicyRejectRefusesMixedKinds) {
+  REQUIRE_KINDS("opencl");
+  bp_group_options options = span_options();
+  options.policy = BP_POLICY_REJECT;
+  std::vector<Device> ranks = {*shared_host->find_device("cpu:1"), *shared_host->find_device("opencl:0")};
+  Result<Group> group = shared_host->create_group(ranks, options);
+  ASSERT_FALSE(group);
+  EXPECT_EQ(group.error().code(), BP_MIXED_DEVICE_KINDS) << group.error().json();
+  EXPECT_NE(group.error().json().find("\"policy\":\"reject\""), std::string::npos) << group.error().json();
+  // The host goes on: the same ranks with policy stage make the group.
+  options.policy = BP_POLICY_STAGE;
+  Result<Group> staged = shared_host->create_group(ranks, options);
+  ASSERT_TRUE(staged) << staged.error().json();
+  bp_group_path path{};
+  Status planned(bp_group_plan(staged->get(), BP_ALL_REDUCE, BP_F32, BP_SUM, &path));
+  ASSERT_TRUE(planned) << planned.error().json();
+  EXPECT_EQ(path, BP_PATH_ACROSS_PROCESSES);
+  // What the cpu plugin, which computes for the staged ranks, lacks: its refusal.
+  Status refused = staged->check(BP_ALL_REDUCE, BP_I32, BP_AVG);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), BP_UNSUPPORTED_REDUCE_OP) << refused.error().json();
 }
 
 // ---- the mismatch guard ----------------------------------------------------
