@@ -47,9 +47,9 @@ uint32_t process_of(const Span &span, uint64_t rank) {
 struct LocalSide {
   LoadedPlugin *plugin = nullptr;
   bp_plugin_comm *comm = nullptr;
-  uint32_t kind_index = 0;               // in the plugin
-  std::vector<uint32_t> devices;         // local rank r's device index in the plugin
-  std::vector<bp_plugin_buffer *> send, recv;  // the call's buffers, on that plugin
+  uint32_t kind_index = 0;                  // in the plugin
+  const uint32_t *devices = nullptr;        // local rank r's device index in the plugin
+  const std::vector<bp_plugin_buffer *> *send = nullptr, *recv = nullptr;  // the call's buffers, on that plugin
 };
 
 // Host memory of `bytes` wrapped as a buffer on local rank `rank`'s device
@@ -149,8 +149,8 @@ class SpanningCall {
   Status memory(bp_plugin_buffer *handle, std::byte *&out) { return plugin_host_memory(plugin_, handle, out); }
   std::byte *block_of(std::byte *memory, uint64_t block) const { return memory + block * block_; }
   // Local rank r's send and recv (the checked arguments) and whether it is in place.
-  bp_plugin_buffer *send(size_t r) const { return side_.send[r]; }
-  bp_plugin_buffer *recv(size_t r) const { return side_.recv[r]; }
+  bp_plugin_buffer *send(size_t r) const { return (*side_.send)[r]; }
+  bp_plugin_buffer *recv(size_t r) const { return (*side_.recv)[r]; }
   bool in_place(size_t r) const { return send(r) && send(r) == recv(r); }
   // Only entry `rank` set: a rooted local collective's one buffer.
   std::vector<bp_plugin_buffer *> only(size_t rank, bp_plugin_buffer *handle) const {
@@ -384,10 +384,10 @@ Status SpanningCall::all_reduce() {
     return exchange(BP_ALL_REDUCE, 0, source, result);
   }
   // Local reduce to rank 0, the exchange in place on its result, a local broadcast.
-  if (Status status = local(BP_REDUCE, 0, request_.count, side_.send, only(0, recv(0))); !status) return status;
+  if (Status status = local(BP_REDUCE, 0, request_.count, *side_.send, only(0, recv(0))); !status) return status;
   if (Status status = memory(recv(0), result); !status) return status;
   if (Status status = exchange(BP_ALL_REDUCE, 0, result, result); !status) return status;
-  return local(BP_BROADCAST, 0, request_.count, only(0, recv(0)), side_.recv);
+  return local(BP_BROADCAST, 0, request_.count, only(0, recv(0)), *side_.recv);
 }
 
 Status SpanningCall::reduce() {
@@ -401,7 +401,7 @@ Status SpanningCall::reduce() {
       if (Status status = memory(send(0), source); !status) return status;
       return exchange(BP_REDUCE, root_process, source, result);
     }
-    if (Status status = local(BP_REDUCE, static_cast<uint32_t>(root), request_.count, side_.send,
+    if (Status status = local(BP_REDUCE, static_cast<uint32_t>(root), request_.count, *side_.send,
                               only(root, recv(root)));
         !status)
       return status;
@@ -416,7 +416,7 @@ Status SpanningCall::reduce() {
     partial = span_.scratch.memory;
     bp_plugin_buffer *view = nullptr;
     if (Status status = views_.wrap(0, partial, block_, view); !status) return status;
-    if (Status status = local(BP_REDUCE, 0, request_.count, side_.send, only(0, view)); !status) return status;
+    if (Status status = local(BP_REDUCE, 0, request_.count, *side_.send, only(0, view)); !status) return status;
   }
   return exchange(BP_REDUCE, root_process, partial, nullptr);
 }
@@ -430,13 +430,13 @@ Status SpanningCall::broadcast() {
     if (Status status = memory(send(root), source); !status) return status;
     if (Status status = exchange(BP_BROADCAST, root_process, source, nullptr); !status) return status;
     return local(BP_BROADCAST, static_cast<uint32_t>(root), request_.count, only(root, send(root)),
-                 side_.recv);
+                 *side_.recv);
   }
   std::byte *result = nullptr;
   if (Status status = memory(recv(0), result); !status) return status;
   if (Status status = exchange(BP_BROADCAST, root_process, nullptr, result); !status) return status;
   if (local_ == 1) return {};
-  return local(BP_BROADCAST, 0, request_.count, only(0, recv(0)), side_.recv);
+  return local(BP_BROADCAST, 0, request_.count, only(0, recv(0)), *side_.recv);
 }
 
 // all_gather (to_all) and gather: the local ranks gather into this
@@ -479,7 +479,7 @@ Status SpanningCall::gather(bool to_all) {
   if (!to_all) return exchange(BP_GATHER, root_process, collects ? whole : part, collects ? whole : nullptr);
   if (Status status = exchange(BP_ALL_GATHER, 0, whole, whole); !status) return status;
   if (local_ == 1) return {};
-  return local(BP_BROADCAST, 0, request_.count * span_.global_size, only(0, recv(0)), side_.recv);
+  return local(BP_BROADCAST, 0, request_.count * span_.global_size, only(0, recv(0)), *side_.recv);
 }
 
 // A local reduce of every block to rank 0 (the group's memory), the
@@ -491,7 +491,7 @@ Status SpanningCall::reduce_scatter() {
   bp_plugin_buffer *reduced_view = nullptr, *part_view = nullptr;
   if (Status status = views_.wrap(0, reduced, all_bytes, reduced_view); !status) return status;
   if (Status status = views_.wrap(0, part, part_bytes, part_view); !status) return status;
-  if (Status status = local(BP_REDUCE, 0, request_.count * span_.global_size, side_.send,
+  if (Status status = local(BP_REDUCE, 0, request_.count * span_.global_size, *side_.send,
                             only(0, reduced_view));
       !status)
     return status;
@@ -526,7 +526,7 @@ Status SpanningCall::scatter() {
   if (Status status = exchange(BP_SCATTER, root_process, source, part); !status) return status;
   bp_plugin_buffer *part_view = nullptr;
   if (Status status = views_.wrap(from, part, part_bytes, part_view); !status) return status;
-  std::vector<bp_plugin_buffer *> recvs = side_.recv;
+  std::vector<bp_plugin_buffer *> recvs = *side_.recv;
   if (at_root && in_place(from)) {
     // The root's result is its block of its own send.
     if (Status status = views_.wrap(from, block_of(source, request_.root), block_, recvs[from]); !status)
@@ -595,19 +595,20 @@ class StagedRanks {
  public:
   // `send` and `recv`: the ranks' own buffers, on their plugins.
   StagedRanks(bp_group &group, const bp_collective_request &request, const std::vector<bp_plugin_buffer *> &send,
-              const std::vector<bp_plugin_buffer *> &recv, LocalSide &side)
-      : group_(group), request_(request), send_(send), recv_(recv), side_(side), views_(side) {}
+              const std::vector<bp_plugin_buffer *> &recv, const LocalSide &side)
+      : group_(group), request_(request), send_(send), recv_(recv), views_(side) {}
 
   Status up() {
-    const Span &span = *group_.span;
+    Span &span = *group_.span;
     const Staging &staging = *group_.staging;
+    std::vector<bp_plugin_buffer *> &staged_send = span.staged_send, &staged_recv = span.staged_recv;
     const size_t block = request_.count * dtype_size(request_.dtype);
     const bool rooted = collective_has_root(request_.collective);
     for (size_t r = 0; r < group_.ranks.size(); ++r) {
       bp_plugin_buffer *const send = send_[r], *const recv = recv_[r];
       if (staging.direct[r]) {
-        side_.send[r] = send;
-        side_.recv[r] = recv;
+        staged_send[r] = send;
+        staged_recv[r] = recv;
         continue;
       }
       const bool is_root = rooted && span.first_rank + r == request_.root;
@@ -627,12 +628,12 @@ class StagedRanks {
           return plugin.functions.buffer_read(plugin.state, send, 0, up_memory, up_bytes, sink);
         });
         if (!status) return status;
-        if (Status wrapped = views_.wrap(r, up_memory, up_bytes, side_.send[r]); !wrapped) return wrapped;
+        if (Status wrapped = views_.wrap(r, up_memory, up_bytes, staged_send[r]); !wrapped) return wrapped;
       }
       if (in_place) {
-        side_.recv[r] = side_.send[r];
+        staged_recv[r] = staged_send[r];
       } else if (down_bytes > 0) {
-        if (Status wrapped = views_.wrap(r, down_memory, down_bytes, side_.recv[r]); !wrapped) return wrapped;
+        if (Status wrapped = views_.wrap(r, down_memory, down_bytes, staged_recv[r]); !wrapped) return wrapped;
       }
       if (down_bytes > 0) copies_.push_back({r, down_memory, down_bytes});
     }
@@ -663,7 +664,6 @@ class StagedRanks {
   bp_group &group_;
   const bp_collective_request &request_;
   const std::vector<bp_plugin_buffer *> &send_, &recv_;
-  LocalSide &side_;
   Views views_;
   std::vector<Copy> copies_;
   bool copied_ = false;
@@ -978,7 +978,14 @@ Status prepare_span(bp_group &group, bool guard, HostLock host_lock) {
   span->transport = transport;
   span->guard = guard;
   span->staged = !host_memory;
-  if (span->staged) span->rank_areas = std::make_unique<HostArea[]>(group.ranks.size());
+  if (span->staged) {
+    span->rank_areas = std::make_unique<HostArea[]>(group.ranks.size());
+    span->staged_send.assign(group.ranks.size(), nullptr);
+    span->staged_recv.assign(group.ranks.size(), nullptr);
+    span->local_devices = group.staging->reducer_devices;
+  } else {
+    for (const bp_device *device : group.ranks) span->local_devices.push_back(device->index);
+  }
   LoadedPlugin &carrier = *transport->plugin;
   bp_transport_comm_args args{};
   args.struct_size = sizeof args;
@@ -1047,23 +1054,24 @@ namespace {
 LocalSide local_side(const bp_group &group, const std::vector<bp_plugin_buffer *> &send,
                      const std::vector<bp_plugin_buffer *> &recv) {
   LocalSide side;
-  const size_t ranks = group.ranks.size();
-  if (!group.span->staged) {
+  Span &span = *group.span;
+  side.devices = span.local_devices.data();
+  if (!span.staged) {
     side.plugin = group.kind->plugin;
     side.comm = group.comm;
     side.kind_index = group.kind->index_in_plugin;
-    for (const bp_device *device : group.ranks) side.devices.push_back(device->index);
-    side.send = send;
-    side.recv = recv;
+    side.send = &send;
+    side.recv = &recv;
     return side;
   }
   const Staging &staging = *group.staging;
   side.plugin = staging.reducer->plugin;
   side.comm = staging.comm;
   side.kind_index = staging.reducer->index_in_plugin;
-  side.devices = staging.reducer_devices;
-  side.send.assign(ranks, nullptr);
-  side.recv.assign(ranks, nullptr);
+  side.send = &span.staged_send;
+  side.recv = &span.staged_recv;
+  std::fill(span.staged_send.begin(), span.staged_send.end(), nullptr);
+  std::fill(span.staged_recv.begin(), span.staged_recv.end(), nullptr);
   return side;
 }
 

@@ -94,6 +94,9 @@ struct Span {
   // phases run on the staging's cpu comm. A cpu rank takes part directly.
   bool staged = false;
   std::unique_ptr<HostArea[]> rank_areas;
+  std::vector<bp_plugin_buffer *> staged_send, staged_recv;  // the copies' buffers, per call
+  // Local rank r's device in the plugin the local phases run on.
+  std::vector<uint32_t> local_devices;
   // The guard's exchanges: two hashes, this process's fingerprint, every
   // process's (allocated with the group when it has the guard).
   std::unique_ptr<uint64_t[]> guard_memory;

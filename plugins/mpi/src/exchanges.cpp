@@ -15,6 +15,9 @@
 namespace backplane::mpi {
 namespace {
 
+// Point-to-point tags go round at MPI_TAG_UB's least guaranteed value.
+constexpr std::uint32_t kTagsInTurn = 32768;
+
 const char *const kCollectiveNames[BP_COLLECTIVE_COUNT] = {
     "all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "gather", "scatter", "all_to_all", "barrier"};
 const char *const kDtypeNames[BP_DTYPE_COUNT] = {"f16", "bf16", "f32", "f64", "i8", "u8", "i32", "u32", "i64", "u64"};
@@ -181,6 +184,8 @@ std::int32_t start_exchange(bp_plugin_state &state, bp_transport_comm &comm, con
                      processes);
   const bool at_root = static_cast<int>(x.root) == me;
 
+  // Counted alike on every process: the tag of a point-to-point exchange.
+  const int tag = static_cast<int>(comm.exchanges_started++ % kTagsInTurn);
   auto request = std::make_unique<bp_plugin_request>();
   request->comm = &comm;
   request->collective = collective;
@@ -241,9 +246,14 @@ std::int32_t start_exchange(bp_plugin_state &state, bp_transport_comm &comm, con
     if (x.reduce_op == BP_AVG) request->average_over = x.average_over;
     switch (collective) {
       case BP_ALL_REDUCE:
-        request->mpi_call = "MPI_Iallreduce";
         request->average_memory = recv;
         request->average_elements = x.count;
+        if (x.count * element_bytes <= comm.transport->doubling_bytes) {
+          request->mpi_call = "MPI_Isend/MPI_Irecv (recursive doubling)";
+          error = start_doubling(*request, send, recv, n, element_bytes, element, op, tag);
+          break;
+        }
+        request->mpi_call = "MPI_Iallreduce";
         error = MPI_Iallreduce(in_place ? MPI_IN_PLACE : send, recv, n, element, op, comm.comm, &request->request);
         break;
       case BP_REDUCE:
@@ -345,7 +355,11 @@ std::int32_t wait_exchange(bp_plugin_state &state, bp_plugin_request &request, s
   bp_transport_comm &comm = *request.comm;
   int mpi_error = request.failure;
   if (mpi_error == MPI_SUCCESS) {
-    switch (wait_for(request.request, timeout_ns, comm.transport->spin, mpi_error)) {
+    const WaitResult waited =
+        request.doubling ? wait_until([](void *d, int &error) { return progress_doubling(*static_cast<Doubling *>(d), error); },
+                                      request.doubling.get(), timeout_ns, comm.transport->spin, mpi_error)
+                         : wait_for(request.request, timeout_ns, comm.transport->spin, mpi_error);
+    switch (waited) {
       case WaitResult::kDone:
         if (request.timed_out) {  // a wait after a timeout, which this host never makes
           request.timed_out = false;
@@ -375,7 +389,19 @@ std::int32_t wait_exchange(bp_plugin_state &state, bp_plugin_request &request, s
 }
 
 void release_exchange(bp_plugin_state &state, bp_plugin_request *request) {
-  if (!request->done && request->request != MPI_REQUEST_NULL && library_usable()) {
+  if (!request->done && request->doubling && library_usable()) {
+    // Released, it reduces nothing more into the caller's memory, which
+    // may be gone: its messages are only looked at.
+    if (doubling_in_flight(*request->doubling)) {
+      // Point-to-point messages of a collective that other processes still
+      // expect: cancelling them would leave those waiting. Leaked, as below.
+      plugin_support::log(state.services, BP_LOG_WARN, kName,
+                          "exchange_release: %s is still in flight on process %d of %d; its messages and what they "
+                          "use are left allocated",
+                          describe(*request).c_str(), request->comm->process_index, request->comm->process_count);
+      return;
+    }
+  } else if (!request->done && request->request != MPI_REQUEST_NULL && library_usable()) {
     // One last look, which never blocks: a request that completed late can
     // still be freed.
     int flag = 0;

@@ -25,6 +25,16 @@ inline constexpr const char *kVersion = "0.1.0";
 // How long a wait polls MPI_Test flat out before it yields and sleeps.
 inline constexpr std::uint64_t kDefaultSpinUs = 50;
 inline constexpr std::uint64_t kMaxSpinUs = 1000000;
+// all_reduce exchanges of at most this many bytes go by recursive doubling
+// on point-to-point messages (doubling.cpp) rather than MPI_Iallreduce.
+inline constexpr std::uint64_t kDefaultDoublingBytes = 16384;
+inline constexpr std::uint64_t kMaxDoublingBytes = std::uint64_t{1} << 30;
+
+// A recursive-doubling all_reduce in flight (doubling.cpp).
+struct Doubling;
+struct DoublingDeleter {
+  void operator()(Doubling *doubling) const;
+};
 
 }  // namespace backplane::mpi
 
@@ -43,6 +53,7 @@ struct bp_transport {
   int process_index = 0;
   int process_count = 1;
   std::chrono::nanoseconds spin{};
+  std::uint64_t doubling_bytes = backplane::mpi::kDefaultDoublingBytes;  // option "doubling_bytes"
   std::string library;  // MPI_Get_library_version's first line
   std::string details;
   // Comms are MPI_Comm_idup'ed from `comm`; MPI wants one thread at a time
@@ -63,6 +74,9 @@ struct bp_transport_comm {
   std::unique_ptr<std::uint64_t[]> process_ranks;
   std::vector<std::uint64_t> first_block;  // process_count + 1 prefix sums of process_ranks
   std::atomic<bool> abandoned{false};      // an exchange timed out: MPI may still use `comm`
+  // Exchanges started, the same count on every process: the tag of a
+  // point-to-point exchange, so that two in flight never match each other's messages.
+  std::uint32_t exchanges_started = 0;
 };
 
 // One exchange, heap-allocated at its start. What MPI reads or writes
@@ -83,6 +97,8 @@ struct bp_plugin_request {
   void *average_memory = nullptr;
   std::size_t average_elements = 0;
   std::uint64_t average_over = 0;
+  // An all_reduce by recursive doubling: its messages in place of `request`.
+  std::unique_ptr<backplane::mpi::Doubling, backplane::mpi::DoublingDeleter> doubling;
   bool done = false;
   bool timed_out = false;     // a wait timed out: counted by note_abandoned_request()
   int failure = MPI_SUCCESS;  // MPI's error, once MPI_Test reported one
@@ -140,6 +156,25 @@ enum class WaitResult { kDone, kTimedOut, kFailed };
 // yielding and sleeping, 1 µs growing to 100 µs, so that a process that
 // shares a core with the one it waits for lets it run.
 WaitResult wait_for(MPI_Request &request, std::int64_t timeout_ns, std::chrono::nanoseconds spin, int &mpi_error);
+// The same over any progress: `poll(context, mpi_error)` returns kDone,
+// kFailed, or kTimedOut for "not yet".
+using Poll = WaitResult (*)(void *context, int &mpi_error);
+WaitResult wait_until(Poll poll, void *context, std::int64_t timeout_ns, std::chrono::nanoseconds spin,
+                      int &mpi_error);
+
+// ---- recursive doubling (doubling.cpp) ----------------------------------
+
+// Starts an all_reduce of `count` elements (x `element_bytes`) of `recv`
+// (`send` copied there first unless in place) by recursive doubling with
+// the other processes of `comm`, its first messages posted; `tag` is the
+// same on every process. MPI's error, or MPI_SUCCESS.
+int start_doubling(bp_plugin_request &request, const void *send, void *recv, int count, std::size_t element_bytes,
+                   MPI_Datatype type, MPI_Op op, int tag);
+// Moves it on without blocking: kDone once recv holds the result.
+WaitResult progress_doubling(Doubling &doubling, int &mpi_error);
+// Whether messages of it may still be in flight (MPI may use its memory);
+// tests them without reducing what arrived.
+bool doubling_in_flight(Doubling &doubling);
 // "2.0 s", "0.25 s": a timeout as messages show it.
 std::string seconds_text(std::int64_t ns);
 

@@ -31,18 +31,27 @@ void sleep_for(std::chrono::nanoseconds span) {
 }  // namespace
 
 WaitResult wait_for(MPI_Request &request, std::int64_t timeout_ns, std::chrono::nanoseconds spin, int &mpi_error) {
+  const Poll test = [](void *context, int &error) {
+    int flag = 0;
+    if (const int failed = MPI_Test(static_cast<MPI_Request *>(context), &flag, MPI_STATUS_IGNORE);
+        failed != MPI_SUCCESS) {
+      error = failed;
+      return WaitResult::kFailed;
+    }
+    return flag != 0 ? WaitResult::kDone : WaitResult::kTimedOut;
+  };
+  return wait_until(test, &request, timeout_ns, spin, mpi_error);
+}
+
+WaitResult wait_until(Poll poll, void *context, std::int64_t timeout_ns, std::chrono::nanoseconds spin,
+                      int &mpi_error) {
   const Clock::time_point start = Clock::now();
   const bool limited = timeout_ns >= 0;
   const Clock::time_point deadline = limited ? start + std::chrono::nanoseconds(timeout_ns) : Clock::time_point::max();
   const Clock::time_point spin_end = start + spin, yield_end = spin_end + kYieldFor;
   std::chrono::nanoseconds sleep = kFirstSleep;
   for (;;) {
-    int flag = 0;
-    if (const int error = MPI_Test(&request, &flag, MPI_STATUS_IGNORE); error != MPI_SUCCESS) {
-      mpi_error = error;
-      return WaitResult::kFailed;
-    }
-    if (flag != 0) return WaitResult::kDone;
+    if (const WaitResult polled = poll(context, mpi_error); polled != WaitResult::kTimedOut) return polled;
     const Clock::time_point now = Clock::now();
     if (limited && now >= deadline) return WaitResult::kTimedOut;
     if (now < spin_end) continue;

@@ -24,12 +24,14 @@ class LibraryClaim {
   const bp_host_services *services_;
 };
 
-std::int32_t read_options(const TableCall &call, const char *text, std::uint64_t &spin_us) {
+std::int32_t read_options(const TableCall &call, const char *text, std::uint64_t &spin_us,
+                          std::uint64_t &doubling_bytes) {
   std::string error;
   const std::optional<plugin_support::OptionsObject> options =
       plugin_support::OptionsObject::parse(text != nullptr ? text : "{}", &error);
-  if (!options || !options->only_keys({"spin_us"}, &error) ||
-      !options->read("spin_us", 0, kMaxSpinUs, spin_us, &error))
+  if (!options || !options->only_keys({"spin_us", "doubling_bytes"}, &error) ||
+      !options->read("spin_us", 0, kMaxSpinUs, spin_us, &error) ||
+      !options->read("doubling_bytes", 0, kMaxDoublingBytes, doubling_bytes, &error))
     return call.fail(BP_CONFIG, "options: %s", error.c_str());
   return BP_OK;
 }
@@ -39,8 +41,9 @@ std::int32_t read_options(const TableCall &call, const char *text, std::uint64_t
 std::int32_t open_transport(bp_plugin_state &state, const bp_transport_open_args &args, bp_transport **out,
                             bp_error_sink *sink) {
   const TableCall call{state.services, sink, kName, "open"};
-  std::uint64_t spin_us = kDefaultSpinUs;
-  if (const std::int32_t refused = read_options(call, args.options_json, spin_us); refused != BP_OK) return refused;
+  std::uint64_t spin_us = kDefaultSpinUs, doubling_bytes = kDefaultDoublingBytes;
+  if (const std::int32_t refused = read_options(call, args.options_json, spin_us, doubling_bytes); refused != BP_OK)
+    return refused;
   const bool given = (args.flags & BP_TRANSPORT_GIVEN_HANDLE) != 0;
   constexpr std::int64_t kLeast = std::numeric_limits<MPI_Fint>::min(), kMost = std::numeric_limits<MPI_Fint>::max();
   if (given && (args.handle < kLeast || args.handle > kMost))
@@ -72,6 +75,7 @@ std::int32_t open_transport(bp_plugin_state &state, const bp_transport_open_args
   MPI_Comm_rank(transport->comm, &transport->process_index);
   MPI_Comm_size(transport->comm, &transport->process_count);
   transport->spin = std::chrono::microseconds(spin_us);
+  transport->doubling_bytes = doubling_bytes;
   transport->library = facts.library;
   transport->details = std::string("thread level ") + thread_level_name(facts.thread_level) +
                        " granted, MPI initialised by " +
