@@ -43,7 +43,10 @@ class SharedHost : public ::testing::Environment {
       Status loaded = host_->load_plugin(plugin_path(plugin).string());
       ASSERT_TRUE(loaded) << loaded.error().json();
     }
-    Status opened = host_->open_transport("mpi", "", kTimeoutNs);
+    // BACKPLANE_TEST_MPI_OPTIONS: the transport's options for a run of its
+    // own (ctest mpi_span_np2_fragments sends every all_reduce by halving).
+    const char *options = std::getenv("BACKPLANE_TEST_MPI_OPTIONS");
+    Status opened = host_->open_transport("mpi", options ? options : "", kTimeoutNs);
     ASSERT_TRUE(opened) << opened.error().json();
     shared_host = host_.get();
   }

@@ -2,6 +2,7 @@
 // groups never match each other's messages) and every process's rank
 // count, both made with nonblocking calls waited for with the host's
 // timeout. What MPI may still write after a timeout is leaked, never freed.
+#include <algorithm>
 #include "mpi_plugin.hpp"
 
 namespace backplane::mpi {
@@ -124,3 +125,33 @@ void destroy_comm(bp_plugin_state &state, bp_transport_comm *comm) {
 }
 
 }  // namespace backplane::mpi
+
+namespace {
+// Two exchanges are in flight at most on a comm (a pipelined call's).
+constexpr std::size_t kKeptSpares = 2;
+}  // namespace
+
+backplane::mpi::SpareMemory bp_transport_comm::borrow(std::size_t bytes) {
+  if (bytes == 0) return {};
+  {
+    const std::lock_guard<std::mutex> lock(spare_mutex);
+    for (auto it = spares.begin(); it != spares.end(); ++it) {
+      if (it->bytes < bytes) continue;
+      backplane::mpi::SpareMemory kept = std::move(*it);
+      spares.erase(it);
+      return kept;
+    }
+  }
+  // Not zeroed: every byte read was first received.
+  return {std::unique_ptr<unsigned char[]>(new unsigned char[bytes]), bytes};
+}
+
+void bp_transport_comm::give_back(backplane::mpi::SpareMemory spare) {
+  const std::lock_guard<std::mutex> lock(spare_mutex);
+  spares.push_back(std::move(spare));
+  if (spares.size() <= kKeptSpares) return;
+  // Keep the largest: the next exchange of a size already seen allocates nothing.
+  auto smallest = std::min_element(spares.begin(), spares.end(),
+                                   [](const auto &a, const auto &b) { return a.bytes < b.bytes; });
+  spares.erase(smallest);
+}

@@ -248,9 +248,12 @@ std::int32_t start_exchange(bp_plugin_state &state, bp_transport_comm &comm, con
       case BP_ALL_REDUCE:
         request->average_memory = recv;
         request->average_elements = x.count;
-        if (x.count * element_bytes <= comm.transport->doubling_bytes) {
-          request->mpi_call = "MPI_Isend/MPI_Irecv (recursive doubling)";
-          error = start_doubling(*request, send, recv, n, element_bytes, element, op, tag);
+        if (const std::uint64_t bytes = x.count * element_bytes;
+            bytes <= comm.transport->doubling_bytes || bytes <= comm.transport->halving_bytes) {
+          const bool halving = bytes > comm.transport->doubling_bytes;
+          request->mpi_call = halving ? "MPI_Isend/MPI_Irecv (recursive halving and doubling)"
+                                      : "MPI_Isend/MPI_Irecv (recursive doubling)";
+          error = start_doubling(*request, send, recv, n, element_bytes, element, op, tag, halving);
           break;
         }
         request->mpi_call = "MPI_Iallreduce";

@@ -28,7 +28,20 @@ inline constexpr std::uint64_t kMaxSpinUs = 1000000;
 // all_reduce exchanges of at most this many bytes go by recursive doubling
 // on point-to-point messages (doubling.cpp) rather than MPI_Iallreduce.
 inline constexpr std::uint64_t kDefaultDoublingBytes = 16384;
+// Larger ones up to this many bytes go by recursive halving and doubling
+// (Rabenseifner's), the same way: by default all of them, which matched or
+// beat MPI_Iallreduce's ring at every size from 32 KiB to 64 MiB here
+// (2x at 1 MiB; docs/PERFORMANCE.md). 0 leaves them to Open MPI.
+inline constexpr std::uint64_t kMaxHalvingBytes = std::uint64_t{1} << 62;
+inline constexpr std::uint64_t kDefaultHalvingBytes = kMaxHalvingBytes;
 inline constexpr std::uint64_t kMaxDoublingBytes = std::uint64_t{1} << 30;
+
+// Host memory a comm lends its exchanges for what lands beside their data,
+// kept for later exchanges when handed back (not when abandoned in flight).
+struct SpareMemory {
+  std::unique_ptr<unsigned char[]> memory;
+  std::size_t bytes = 0;
+};
 
 // A recursive-doubling all_reduce in flight (doubling.cpp).
 struct Doubling;
@@ -54,6 +67,7 @@ struct bp_transport {
   int process_count = 1;
   std::chrono::nanoseconds spin{};
   std::uint64_t doubling_bytes = backplane::mpi::kDefaultDoublingBytes;  // option "doubling_bytes"
+  std::uint64_t halving_bytes = backplane::mpi::kDefaultHalvingBytes;    // option "halving_bytes"
   std::string library;  // MPI_Get_library_version's first line
   std::string details;
   // Comms are MPI_Comm_idup'ed from `comm`; MPI wants one thread at a time
@@ -77,6 +91,11 @@ struct bp_transport_comm {
   // Exchanges started, the same count on every process: the tag of a
   // point-to-point exchange, so that two in flight never match each other's messages.
   std::uint32_t exchanges_started = 0;
+  // Spare memory of at least `bytes` (none for 0): one kept, or new.
+  backplane::mpi::SpareMemory borrow(std::size_t bytes);
+  void give_back(backplane::mpi::SpareMemory spare);
+  std::mutex spare_mutex;
+  std::vector<backplane::mpi::SpareMemory> spares;  // at most kKeptSpares, largest kept
 };
 
 // One exchange, heap-allocated at its start. What MPI reads or writes
@@ -165,11 +184,12 @@ WaitResult wait_until(Poll poll, void *context, std::int64_t timeout_ns, std::ch
 // ---- recursive doubling (doubling.cpp) ----------------------------------
 
 // Starts an all_reduce of `count` elements (x `element_bytes`) of `recv`
-// (`send` copied there first unless in place) by recursive doubling with
-// the other processes of `comm`, its first messages posted; `tag` is the
-// same on every process. MPI's error, or MPI_SUCCESS.
+// (`send` copied there first unless in place) by recursive doubling, or by
+// recursive halving and doubling (`halving`), with the other processes of
+// `comm`, its first messages posted; `tag` is the same on every process.
+// MPI's error, or MPI_SUCCESS.
 int start_doubling(bp_plugin_request &request, const void *send, void *recv, int count, std::size_t element_bytes,
-                   MPI_Datatype type, MPI_Op op, int tag);
+                   MPI_Datatype type, MPI_Op op, int tag, bool halving);
 // Moves it on without blocking: kDone once recv holds the result.
 WaitResult progress_doubling(Doubling &doubling, int &mpi_error);
 // Whether messages of it may still be in flight (MPI may use its memory);

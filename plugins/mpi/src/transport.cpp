@@ -25,13 +25,14 @@ class LibraryClaim {
 };
 
 std::int32_t read_options(const TableCall &call, const char *text, std::uint64_t &spin_us,
-                          std::uint64_t &doubling_bytes) {
+                          std::uint64_t &doubling_bytes, std::uint64_t &halving_bytes) {
   std::string error;
   const std::optional<plugin_support::OptionsObject> options =
       plugin_support::OptionsObject::parse(text != nullptr ? text : "{}", &error);
-  if (!options || !options->only_keys({"spin_us", "doubling_bytes"}, &error) ||
+  if (!options || !options->only_keys({"spin_us", "doubling_bytes", "halving_bytes"}, &error) ||
       !options->read("spin_us", 0, kMaxSpinUs, spin_us, &error) ||
-      !options->read("doubling_bytes", 0, kMaxDoublingBytes, doubling_bytes, &error))
+      !options->read("doubling_bytes", 0, kMaxDoublingBytes, doubling_bytes, &error) ||
+      !options->read("halving_bytes", 0, kMaxHalvingBytes, halving_bytes, &error))
     return call.fail(BP_CONFIG, "options: %s", error.c_str());
   return BP_OK;
 }
@@ -41,8 +42,9 @@ std::int32_t read_options(const TableCall &call, const char *text, std::uint64_t
 std::int32_t open_transport(bp_plugin_state &state, const bp_transport_open_args &args, bp_transport **out,
                             bp_error_sink *sink) {
   const TableCall call{state.services, sink, kName, "open"};
-  std::uint64_t spin_us = kDefaultSpinUs, doubling_bytes = kDefaultDoublingBytes;
-  if (const std::int32_t refused = read_options(call, args.options_json, spin_us, doubling_bytes); refused != BP_OK)
+  std::uint64_t spin_us = kDefaultSpinUs, doubling_bytes = kDefaultDoublingBytes, halving_bytes = kDefaultHalvingBytes;
+  if (const std::int32_t refused = read_options(call, args.options_json, spin_us, doubling_bytes, halving_bytes);
+      refused != BP_OK)
     return refused;
   const bool given = (args.flags & BP_TRANSPORT_GIVEN_HANDLE) != 0;
   constexpr std::int64_t kLeast = std::numeric_limits<MPI_Fint>::min(), kMost = std::numeric_limits<MPI_Fint>::max();
@@ -76,6 +78,7 @@ std::int32_t open_transport(bp_plugin_state &state, const bp_transport_open_args
   MPI_Comm_size(transport->comm, &transport->process_count);
   transport->spin = std::chrono::microseconds(spin_us);
   transport->doubling_bytes = doubling_bytes;
+  transport->halving_bytes = halving_bytes;
   transport->library = facts.library;
   transport->details = std::string("thread level ") + thread_level_name(facts.thread_level) +
                        " granted, MPI initialised by " +
