@@ -703,6 +703,9 @@ void track(bp_group &group, const std::shared_ptr<InFlight> &in_flight) {
 [[gnu::cold, gnu::noinline]] Status start_spanning(bp_group &group, const bp_collective_request &request,
                                                    bool caller_waits) {
   const uint32_t collective = request.collective, dtype = request.dtype, op = request.reduce_op;
+  // One call at a time on the processes' exchanges: an _async one in flight
+  // finishes first (its runner reads the count below).
+  if (group.tracked.load(std::memory_order_acquire) != 0) wait_for_earlier(group);
   // Every call counts, a refused one too: a process whose call never
   // reached the others carries a later sequence number into its next one,
   // which the mismatch guard then catches.
@@ -721,8 +724,6 @@ void track(bp_group &group, const std::shared_ptr<InFlight> &in_flight) {
     if (limit != 0 && largest_bytes > limit) return refused(group, too_large(group, request, largest_bytes, limit, false));
   }
   GroupCounters::add(group.counters.native);
-  // One call at a time on the processes' exchanges: an _async one in flight finishes first.
-  if (group.tracked.load(std::memory_order_acquire) != 0) wait_for_earlier(group);
   if (!caller_waits) {
     auto in_flight = std::make_shared<InFlight>();
     in_flight->spanning = &group;

@@ -59,9 +59,11 @@ class Views {
   explicit Views(const LocalSide &side) : side_(side), plugin_(*side.plugin) {}
   Views(const Views &) = delete;
   Views &operator=(const Views &) = delete;
-  ~Views() {
+  ~Views() { clear(); }
+  void clear() {
     for (bp_plugin_buffer *view : views_)
       call_plugin_release(plugin_, "buffer_destroy", [&] { plugin_.functions.buffer_destroy(plugin_.state, view); });
+    views_.clear();
   }
   Status wrap(size_t rank, std::byte *memory, size_t bytes, bp_plugin_buffer *&view) {
     view = nullptr;
@@ -117,8 +119,16 @@ class SpanningCall {
   // fragment k's exchange; `before` or `after` may do nothing.
   template <typename Before, typename Cross, typename After>
   Status pipelined(Before &&before, Cross &&cross, After &&after);
+  // Decided alike on every process: whether any process has several ranks.
   bool pipelines() const {
-    return local_ > 1 && span_.fragment_bytes > 0 && block_ > span_.fragment_bytes;
+    return span_.several_local && span_.fragment_bytes > 0 && block_ > span_.fragment_bytes;
+  }
+  // A local collective on fragment k's views, which go once it ran.
+  Status local_in_fragment(uint32_t collective, uint32_t root, size_t k, const std::vector<bp_plugin_buffer *> &send,
+                           const std::vector<bp_plugin_buffer *> &recv) {
+    Status status = local(collective, root, fragment_count(k), send, recv);
+    views_.clear();
+    return status;
   }
   // Fragment k: its first element and its element count.
   size_t fragment_first(size_t k) const { return k * fragment_elements_; }
@@ -260,17 +270,30 @@ Status SpanningCall::pipelined(Before &&before, Cross &&cross, After &&after) {
   const size_t fragments = (request_.count + fragment_elements_ - 1) / fragment_elements_;
   bp_plugin_request *in_flight = nullptr;  // fragment k-1's exchange
   // A failure with an exchange in flight leaves it to the group, broken
-  // now, which releases it when it is destroyed.
+  // now, which releases it when it is destroyed (room kept for it first,
+  // so that an exception on the way out loses nothing).
+  span_.abandoned.reserve(span_.abandoned.size() + 2);
   auto give_up = [&](Status failed) {
-    if (in_flight) span_.abandoned.push_back(in_flight);
+    if (in_flight) span_.abandoned.push_back(std::exchange(in_flight, nullptr));
     return failed;
   };
+  struct KeepInFlight {
+    Span &span;
+    bp_plugin_request *&request;
+    ~KeepInFlight() {
+      if (request) span.abandoned.push_back(request);  // within the room reserved: cannot throw
+    }
+  } keep{span_, in_flight};
   for (size_t k = 0; k < fragments; ++k) {
     if (Status status = before(k); !status) return give_up(std::move(status));
     bp_plugin_request *started = nullptr;
     if (Status status = cross(k, started); !status) return give_up(std::move(status));
+    if (k == 0) {
+      in_flight = started;
+      continue;
+    }
+    // finish() owns the previous one from here, in_flight the new one.
     bp_plugin_request *previous = std::exchange(in_flight, started);
-    if (k == 0) continue;
     if (Status status = finish(previous); !status) return give_up(std::move(status));
     if (Status status = after(k - 1); !status) return give_up(std::move(status));
   }
@@ -303,21 +326,27 @@ Status SpanningCall::fragment_views(size_t k, bool sends, bool recvs, std::vecto
 
 // Fragment by fragment: a local reduce into rank 0's recv, the exchange in
 // place there, a local broadcast from it.
+// A process with one rank cuts its exchange alike (the processes' calls
+// must pair up) and has no local phase: its send crosses as it is.
 Status SpanningCall::pipelined_all_reduce() {
-  std::byte *result = nullptr;
+  std::byte *result = nullptr, *source = nullptr;
   if (Status status = memory(recv(0), result); !status) return status;
+  if (Status status = memory(send(0), source); !status) return status;
   std::vector<bp_plugin_buffer *> sends, recvs;
   auto before = [&](size_t k) -> Status {
+    if (local_ == 1) return {};
     if (Status status = fragment_views(k, true, true, sends, recvs); !status) return status;
-    return local(BP_REDUCE, 0, fragment_count(k), sends, only(0, recvs[0]));
+    return local_in_fragment(BP_REDUCE, 0, k, sends, only(0, recvs[0]));
   };
   auto cross = [&](size_t k, bp_plugin_request *&started) {
-    std::byte *part = result + fragment_first(k) * element_;
-    return start(BP_ALL_REDUCE, request_.dtype, request_.reduce_op, fragment_count(k), 0, part, part, 0, started);
+    const size_t offset = fragment_first(k) * element_;
+    return start(BP_ALL_REDUCE, request_.dtype, request_.reduce_op, fragment_count(k), 0,
+                 (local_ == 1 ? source : result) + offset, result + offset, 0, started);
   };
   auto after = [&](size_t k) -> Status {
+    if (local_ == 1) return {};
     if (Status status = fragment_views(k, false, true, sends, recvs); !status) return status;
-    return local(BP_BROADCAST, 0, fragment_count(k), only(0, recvs[0]), recvs);
+    return local_in_fragment(BP_BROADCAST, 0, k, only(0, recvs[0]), recvs);
   };
   return pipelined(before, cross, after);
 }
@@ -328,26 +357,33 @@ Status SpanningCall::pipelined_reduce() {
   const uint32_t root_process = process_of(span_, request_.root);
   const bool at_root = root_process == span_.process_index;
   const size_t collector = at_root ? request_.root - span_.first_rank : 0;
-  std::byte *result = nullptr;
+  // What crosses: this process's partial result (its one rank's send when
+  // it has one), into the root's recv on the root's process.
+  std::byte *result = nullptr, *partial = nullptr;
   if (at_root) {
     if (Status status = memory(recv(collector), result); !status) return status;
+  }
+  if (local_ == 1) {
+    if (Status status = memory(send(0), partial); !status) return status;
+  } else if (at_root) {
+    partial = result;
   } else {
     if (Status status = span_.scratch.ensure(block_); !status) return status;
-    result = span_.scratch.memory;
+    partial = span_.scratch.memory;
   }
   std::vector<bp_plugin_buffer *> sends, recvs;
   auto before = [&](size_t k) -> Status {
+    if (local_ == 1) return {};
     if (Status status = fragment_views(k, true, at_root, sends, recvs); !status) return status;
     if (!at_root) {
-      if (Status status = fragment_view(0, result, k, recvs[0]); !status) return status;
+      if (Status status = fragment_view(0, partial, k, recvs[0]); !status) return status;
     }
-    return local(BP_REDUCE, static_cast<uint32_t>(collector), fragment_count(k), sends,
-                 only(collector, recvs[collector]));
+    return local_in_fragment(BP_REDUCE, static_cast<uint32_t>(collector), k, sends, only(collector, recvs[collector]));
   };
   auto cross = [&](size_t k, bp_plugin_request *&started) {
-    std::byte *part = result + fragment_first(k) * element_;
-    return start(BP_REDUCE, request_.dtype, request_.reduce_op, fragment_count(k), root_process, part,
-                 at_root ? part : nullptr, 0, started);
+    const size_t offset = fragment_first(k) * element_;
+    return start(BP_REDUCE, request_.dtype, request_.reduce_op, fragment_count(k), root_process, partial + offset,
+                 at_root ? result + offset : nullptr, 0, started);
   };
   return pipelined(before, cross, [](size_t) { return Status(); });
 }
@@ -367,9 +403,11 @@ Status SpanningCall::pipelined_broadcast() {
                  at_root ? part : nullptr, at_root ? nullptr : part, 0, started);
   };
   auto after = [&](size_t k) -> Status {
+    if (local_ == 1 && !at_root) return {};
+    if (local_ == 1 && in_place(0)) return {};
     if (Status status = fragment_views(k, at_root, true, sends, recvs); !status) return status;
     bp_plugin_buffer *origin = at_root ? sends[from] : recvs[0];
-    return local(BP_BROADCAST, static_cast<uint32_t>(from), fragment_count(k), only(from, origin), recvs);
+    return local_in_fragment(BP_BROADCAST, static_cast<uint32_t>(from), k, only(from, origin), recvs);
   };
   return pipelined([](size_t) { return Status(); }, cross, after);
 }
@@ -804,6 +842,9 @@ Span::~Span() {
     // An exchange still in flight may write the group's own memory yet.
     (void)guard_memory.release();
     scratch.memory = packed.memory = nullptr;
+    if (rank_areas) {
+      for (size_t r = 0; r < local_devices.size(); ++r) rank_areas[r].memory = nullptr;
+    }
   }
   if (!transport) return;
   LoadedPlugin &plugin = *transport->plugin;
@@ -1012,6 +1053,8 @@ Status prepare_span(bp_group &group, bool guard, HostLock host_lock) {
       return Error(BP_INTERNAL, "transport '" + carrier.transport + "' made a group of impossible size");
   }
   span->global_size = first;
+  span->several_local = std::any_of(span->process_ranks.begin(), span->process_ranks.end(),
+                                    [](uint64_t ranks) { return ranks > 1; });
   span->first_rank = span->process_first[span->process_index];
   if (Status status = agree_on_fragment(*span); !status) return status;
   uint64_t digest = mix(0, span->global_size);
@@ -1122,8 +1165,27 @@ Status run_spanning(bp_group &group, const bp_collective_request &request) {
 
 namespace {
 
+Status run_spanning_calls(bp_group &group, const bp_collective_request &request,
+                          const std::vector<bp_plugin_buffer *> &send, const std::vector<bp_plugin_buffer *> &recv);
+
 Status run_spanning_on(bp_group &group, const bp_collective_request &request,
                        const std::vector<bp_plugin_buffer *> &send, const std::vector<bp_plugin_buffer *> &recv) {
+  try {
+    return run_spanning_calls(group, request, send, recv);
+  } catch (...) {
+    // Between exchanges, maybe: the others may wait in one this process left.
+    Span &span = *group.span;
+    if (!span.broken.load(std::memory_order_relaxed)) {
+      span.broken_reason = "call " + std::to_string(span.calls) + " (" + operation_of(request) +
+                           ") failed on process " + std::to_string(span.process_index) + " with an exception";
+      span.broken.store(true, std::memory_order_release);
+    }
+    throw;
+  }
+}
+
+Status run_spanning_calls(bp_group &group, const bp_collective_request &request,
+                          const std::vector<bp_plugin_buffer *> &send, const std::vector<bp_plugin_buffer *> &recv) {
   Span &span = *group.span;
   if (span.broken.load(std::memory_order_acquire)) return broken_group(group);
   // The mpi transport reduces at most INT_MAX elements per exchange (MPI's

@@ -72,6 +72,7 @@ struct Span {
   std::vector<uint64_t> process_ranks, process_first;
   uint32_t process_index = 0, process_count = 1;
   uint64_t global_size = 0, first_rank = 0;
+  bool several_local = false;  // some process has more than one rank: calls are pipelined alike everywhere
   bool guard = false;
   // all_reduce, reduce and broadcast with several local ranks run in
   // fragments of this many bytes (0: in one piece); every process uses the

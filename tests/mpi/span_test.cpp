@@ -173,6 +173,27 @@ TEST(SpanningCollectives, LargeCallsThroughEveryPath) {
   }
 }
 
+// Process 0 with two ranks, the others with one: every process cuts a large
+// call into the same fragments, whether it has a local phase or not.
+TEST(SpanningCollectives, UnevenProcessesPipelineAlike) {
+  const bp_transport_facts transport = facts();
+  const size_t local = transport.process_index == 0 ? 2 : 1;
+  const uint64_t global = 2 + (transport.process_count - 1);
+  bp_group_options options = span_options();
+  for (bp_collective collective : {BP_ALL_REDUCE, BP_REDUCE, BP_BROADCAST, BP_ALL_GATHER}) {
+    for (Placement placement : {Placement::out_of_place, Placement::in_place}) {
+      for (uint32_t root : {uint32_t{0}, static_cast<uint32_t>(global - 1)}) {
+        if (root != 0 && !collectives::ref::is_rooted(collective)) continue;
+        const Case c{collective, BP_F32, BP_SUM, placement};
+        SCOPED_TRACE(collectives::case_name(c) + " root " + std::to_string(root));
+        // 256 KiB + 4 bytes a rank: two fragments.
+        Runner(*shared_host, c, local_devices(local), 65537, root, Path::named_blocking, &options).run();
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
 // An _async call returns while its exchange waits for a process that is
 // late, and its event completes once that process arrives.
 TEST(SpanningCollectives, AsyncReturnsWhileAnotherProcessIsLate) {

@@ -66,12 +66,18 @@ std::int32_t create_comm(bp_plugin_state &state, bp_transport &transport, const 
   }
   MPI_Comm_set_errhandler(*group_comm, MPI_ERRORS_RETURN);
 
-  // processes + 1 entries: the gathered counts, then this process's own (the
-  // send buffer), since MPI reads and writes both until the gather completes.
-  auto gathered = std::make_unique<std::uint64_t[]>(static_cast<std::size_t>(processes) + 1);
-  gathered[static_cast<std::size_t>(processes)] = args.local_ranks;
-  if (const int error = MPI_Iallgather(&gathered[static_cast<std::size_t>(processes)], 1, MPI_UINT64_T,
-                                       gathered.get(), 1, MPI_UINT64_T, *group_comm, &request);
+  // processes + 1 rows: the gathered ones, then this process's own (the
+  // send buffer), since MPI reads and writes both until the gather
+  // completes. A row: the process's rank count, and its doubling_bytes and
+  // halving_bytes, which every process must use alike (the smallest wins).
+  constexpr std::size_t kRow = 3;
+  const auto P = static_cast<std::size_t>(processes);
+  auto gathered = std::make_unique<std::uint64_t[]>((P + 1) * kRow);
+  gathered[P * kRow] = args.local_ranks;
+  gathered[P * kRow + 1] = transport.doubling_bytes;
+  gathered[P * kRow + 2] = transport.halving_bytes;
+  if (const int error = MPI_Iallgather(&gathered[P * kRow], kRow, MPI_UINT64_T, gathered.get(), kRow, MPI_UINT64_T,
+                                       *group_comm, &request);
       error != MPI_SUCCESS) {
     MPI_Comm_free(group_comm.get());
     return failed("MPI_Iallgather", error);
@@ -93,15 +99,26 @@ std::int32_t create_comm(bp_plugin_state &state, bp_transport &transport, const 
   comm->comm = *group_comm;
   comm->process_index = me;
   comm->process_count = processes;
-  comm->first_block.assign(static_cast<std::size_t>(processes) + 1, 0);
-  for (std::size_t p = 0; p < static_cast<std::size_t>(processes); ++p) {
+  comm->first_block.assign(P + 1, 0);
+  comm->process_ranks = std::make_unique<std::uint64_t[]>(P);
+  comm->doubling_bytes = transport.doubling_bytes;
+  comm->halving_bytes = transport.halving_bytes;
+  for (std::size_t p = 0; p < P; ++p) {
+    comm->process_ranks[p] = gathered[p * kRow];
+    comm->doubling_bytes = std::min(comm->doubling_bytes, gathered[p * kRow + 1]);
+    comm->halving_bytes = std::min(comm->halving_bytes, gathered[p * kRow + 2]);
     // Every process refuses 0 itself before the gather, so none arrives here.
-    if (__builtin_add_overflow(comm->first_block[p], gathered[p], &comm->first_block[p + 1])) {
+    if (__builtin_add_overflow(comm->first_block[p], comm->process_ranks[p], &comm->first_block[p + 1])) {
       MPI_Comm_free(&comm->comm);
       return call.fail(BP_INVALID_ARGUMENT, "the processes' rank counts overflow 64 bits");
     }
   }
-  comm->process_ranks = std::move(gathered);
+  if (comm->doubling_bytes != transport.doubling_bytes || comm->halving_bytes != transport.halving_bytes)
+    plugin_support::log(state.services, BP_LOG_WARN, kName,
+                        "comm_create: the processes' options differ; this group uses the smallest, doubling_bytes "
+                        "%llu and halving_bytes %llu",
+                        static_cast<unsigned long long>(comm->doubling_bytes),
+                        static_cast<unsigned long long>(comm->halving_bytes));
   if (info.struct_size >= BP_STRUCT_SIZE(bp_transport_comm_info, process_index))
     info.process_index = static_cast<std::uint32_t>(me);
   if (info.struct_size >= BP_STRUCT_SIZE(bp_transport_comm_info, process_count))
@@ -114,7 +131,7 @@ std::int32_t create_comm(bp_plugin_state &state, bp_transport &transport, const 
 
 void destroy_comm(bp_plugin_state &state, bp_transport_comm *comm) {
   if (library_usable()) {
-    if (comm->abandoned.load())
+    if (comm->abandoned.load() > 0)
       plugin_support::log(state.services, BP_LOG_WARN, kName,
                           "comm_destroy: an exchange of this group timed out and is still in flight; its "
                           "communicator is left to MPI");

@@ -114,8 +114,26 @@ void finish(bp_plugin_request &request) {
   request.done = true;
 }
 
-// Frees what a request owns; only for one MPI no longer uses.
+// A request left in flight for good, counted once on its comm and in the
+// library (whose user ops then outlive the transports); and one of those
+// seen complete after all.
+void abandon(bp_plugin_request &request) {
+  if (request.timed_out) return;
+  request.timed_out = true;
+  request.comm->abandoned.fetch_add(1);
+  note_abandoned_request();
+}
+void recovered(bp_plugin_request &request) {
+  if (!request.timed_out) return;
+  request.timed_out = false;
+  request.comm->abandoned.fetch_sub(1);
+  note_recovered_request();
+}
+
+// Frees what a request owns; only for one MPI no longer uses (a doubling
+// whose start failed with a message posted is left to MPI).
 void discard(bp_plugin_request *request) {
+  if (request->doubling && library_usable() && doubling_in_flight(*request->doubling)) return;
   if (request->block_type != MPI_DATATYPE_NULL && library_usable()) MPI_Type_free(&request->block_type);
   delete request;
 }
@@ -249,8 +267,8 @@ std::int32_t start_exchange(bp_plugin_state &state, bp_transport_comm &comm, con
         request->average_memory = recv;
         request->average_elements = x.count;
         if (const std::uint64_t bytes = x.count * element_bytes;
-            bytes <= comm.transport->doubling_bytes || bytes <= comm.transport->halving_bytes) {
-          const bool halving = bytes > comm.transport->doubling_bytes;
+            bytes <= comm.doubling_bytes || bytes <= comm.halving_bytes) {
+          const bool halving = bytes > comm.doubling_bytes;
           request->mpi_call = halving ? "MPI_Isend/MPI_Irecv (recursive halving and doubling)"
                                       : "MPI_Isend/MPI_Irecv (recursive doubling)";
           error = start_doubling(*request, send, recv, n, element_bytes, element, op, tag, halving);
@@ -364,11 +382,7 @@ std::int32_t wait_exchange(bp_plugin_state &state, bp_plugin_request &request, s
                          : wait_for(request.request, timeout_ns, comm.transport->spin, mpi_error);
     switch (waited) {
       case WaitResult::kDone:
-        if (request.timed_out) {  // a wait after a timeout, which this host never makes
-          request.timed_out = false;
-          comm.abandoned.store(false);
-          note_recovered_request();
-        }
+        recovered(request);  // a wait after a timeout, which this host never makes
         finish(request);
         return BP_OK;
       case WaitResult::kFailed: request.failure = mpi_error; break;
@@ -380,11 +394,7 @@ std::int32_t wait_exchange(bp_plugin_state &state, bp_plugin_request &request, s
                 comm.process_index, comm.process_count, mpi_error_text(mpi_error).c_str());
   // Left in flight, as plugin.h asks: the host calls the group broken and
   // only releases the request at comm_destroy, which must not block on it.
-  if (!request.timed_out) {
-    request.timed_out = true;
-    comm.abandoned.store(true);
-    note_abandoned_request();
-  }
+  abandon(request);
   return fail(state.services, sink, BP_TIMEOUT,
               "the mpi transport timed out after %s waiting for %s (process %d of %d): another process did not "
               "call it",
@@ -402,6 +412,7 @@ void release_exchange(bp_plugin_state &state, bp_plugin_request *request) {
                           "exchange_release: %s is still in flight on process %d of %d; its messages and what they "
                           "use are left allocated",
                           describe(*request).c_str(), request->comm->process_index, request->comm->process_count);
+      abandon(*request);
       return;
     }
   } else if (!request->done && request->request != MPI_REQUEST_NULL && library_usable()) {
@@ -416,13 +427,11 @@ void release_exchange(bp_plugin_state &state, bp_plugin_request *request) {
                           "exchange_release: %s is still in flight on process %d of %d; its MPI request and what "
                           "it uses are left allocated",
                           describe(*request).c_str(), request->comm->process_index, request->comm->process_count);
+      abandon(*request);
       return;
     }
   }
-  if (request->timed_out) {  // it completed after all: MPI no longer uses the comm
-    request->comm->abandoned.store(false);
-    note_recovered_request();
-  }
+  recovered(*request);  // it completed after all: MPI no longer uses it
   discard(request);
 }
 

@@ -87,10 +87,14 @@ struct bp_transport_comm {
   int process_count = 1;
   std::unique_ptr<std::uint64_t[]> process_ranks;
   std::vector<std::uint64_t> first_block;  // process_count + 1 prefix sums of process_ranks
-  std::atomic<bool> abandoned{false};      // an exchange timed out: MPI may still use `comm`
+  // Exchanges left in flight for good (timed out, or released unfinished):
+  // while any is, MPI may still use `comm`.
+  std::atomic<int> abandoned{0};
   // Exchanges started, the same count on every process: the tag of a
   // point-to-point exchange, so that two in flight never match each other's messages.
   std::uint32_t exchanges_started = 0;
+  // The transport's options as every process agreed at comm_create (the smallest).
+  std::uint64_t doubling_bytes = 0, halving_bytes = 0;
   // Spare memory of at least `bytes` (none for 0): one kept, or new.
   backplane::mpi::SpareMemory borrow(std::size_t bytes);
   void give_back(backplane::mpi::SpareMemory spare);
@@ -119,7 +123,7 @@ struct bp_plugin_request {
   // An all_reduce by recursive doubling: its messages in place of `request`.
   std::unique_ptr<backplane::mpi::Doubling, backplane::mpi::DoublingDeleter> doubling;
   bool done = false;
-  bool timed_out = false;     // a wait timed out: counted by note_abandoned_request()
+  bool timed_out = false;     // left in flight for good (a timeout, or released unfinished): abandon() counted it
   int failure = MPI_SUCCESS;  // MPI's error, once MPI_Test reported one
 };
 
