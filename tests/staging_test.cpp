@@ -33,22 +33,7 @@ Host &shared_host() {
   return host;
 }
 
-bool has_kind(const std::string &kind) { return !devices_of_kind(shared_host(), kind).empty(); }
-
-// CI sets BACKPLANE_REQUIRE_OPENCL / BACKPLANE_REQUIRE_VULKAN (.ci/run):
-// there a missing kind fails the test instead of skipping it.
-bool kind_required(const std::string &kind) {
-  std::string variable = "BACKPLANE_REQUIRE_" + kind;
-  for (char &c : variable) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  const char *value = std::getenv(variable.c_str());
-  return value && std::string(value) == "1";
-}
-#define REQUIRE_KINDS(...)                                                                       \
-  for (const std::string kind : {__VA_ARGS__}) {                                                 \
-    if (has_kind(kind)) continue;                                                                \
-    if (kind_required(kind)) FAIL() << "no " << kind << " device, and CI requires one";          \
-    GTEST_SKIP() << "this machine has no " << kind << " device";                                 \
-  }
+#define REQUIRE_KINDS(...) BACKPLANE_REQUIRE_KINDS(shared_host(), __VA_ARGS__)
 
 // Ranks of the mixed groups; cpu ranks are not cpu:0, so that the cpu
 // devices staging lends to the other ranks are not the group's own.

@@ -255,26 +255,11 @@ TEST(SpanningCollectives, CheckAndPlanSayTheyCrossProcesses) {
 
 // ---- ranks with device memory, and of several kinds ---------------------------
 
-// CI sets BACKPLANE_REQUIRE_OPENCL / BACKPLANE_REQUIRE_VULKAN (.ci/run):
-// there a missing kind fails the test instead of skipping it.
-bool kind_required(const std::string &kind) {
-  std::string variable = "BACKPLANE_REQUIRE_" + kind;
-  for (char &c : variable) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  const char *value = std::getenv(variable.c_str());
-  return value && std::string(value) == "1";
-}
-#define REQUIRE_KINDS(...)                                                              \
-  for (const std::string kind : {__VA_ARGS__}) {                                        \
-    if (!devices_of_kind(*shared_host, kind).empty()) continue;                          \
-    if (kind_required(kind)) FAIL() << "no " << kind << " device, and CI requires one"; \
-    GTEST_SKIP() << "this machine has no " << kind << " device";                        \
-  }
-
 // Every collective on ranks whose buffers are device memory (staged through
 // host memory to the cpu plugin's kernels), alone and beside a cpu rank that
 // takes part in its own memory, against the reference.
 TEST(StagedRanks, DeviceMemoryAndMixedKindsMatchTheReference) {
-  REQUIRE_KINDS("opencl", "vulkan");
+  BACKPLANE_REQUIRE_KINDS(*shared_host, "opencl", "vulkan");
   const uint32_t processes = facts().process_count;
   const std::vector<std::vector<std::string>> mixes = {{"opencl:0"}, {"vulkan:0", "cpu:1"}, {"cpu:1", "opencl:0"}};
   const std::vector<bp_collective> collectives = {BP_ALL_REDUCE, BP_REDUCE,  BP_BROADCAST,  BP_ALL_GATHER, BP_REDUCE_SCATTER,
@@ -305,7 +290,7 @@ TEST(StagedRanks, DeviceMemoryAndMixedKindsMatchTheReference) {
 }
 
 TEST(StagedRanks, PolicyRejectRefusesMixedKinds) {
-  REQUIRE_KINDS("opencl");
+  BACKPLANE_REQUIRE_KINDS(*shared_host, "opencl");
   bp_group_options options = span_options();
   options.policy = BP_POLICY_REJECT;
   std::vector<Device> ranks = {*shared_host->find_device("cpu:1"), *shared_host->find_device("opencl:0")};

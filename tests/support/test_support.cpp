@@ -1,6 +1,9 @@
 // Shared test helpers; see test_support.hpp.
 #include "test_support.hpp"
 
+#include <cctype>
+#include <cstdlib>
+
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -247,6 +250,13 @@ void run_in_child(const std::string &test, const std::vector<std::string> &extra
   ASSERT_EQ(waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0) << test << " failed in the child; its failures are in its output above";
+}
+
+bool kind_required(const std::string &kind) {
+  std::string variable = "BACKPLANE_REQUIRE_" + kind;
+  for (char &c : variable) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  const char *value = std::getenv(variable.c_str());
+  return value && std::string(value) == "1";
 }
 
 std::vector<Device> devices_of_kind(const Host &host, const std::string &kind) {

@@ -100,6 +100,17 @@ class ScopedEnvironment {
 
 // The devices of `kind` among the host's, in its order.
 std::vector<Device> devices_of_kind(const Host &host, const std::string &kind);
+// Whether BACKPLANE_REQUIRE_<KIND>=1 (CI sets it for opencl and vulkan,
+// .ci/run): a missing kind then fails a test instead of skipping it.
+bool kind_required(const std::string &kind);
+// Skips the test (or fails it, where kind_required) unless `host` has a
+// device of each kind listed.
+#define BACKPLANE_REQUIRE_KINDS(host, ...)                                                              \
+  for (const std::string kind : {__VA_ARGS__}) {                                                       \
+    if (!::backplane::testing::devices_of_kind(host, kind).empty()) continue;                          \
+    if (::backplane::testing::kind_required(kind)) FAIL() << "no " << kind << " device, and CI requires one"; \
+    GTEST_SKIP() << "this machine has no " << kind << " device";                                       \
+  }
 // The loaded plugin called `name`, or NULL.
 const PluginInfo *find_plugin(const std::vector<PluginInfo> &plugins, const std::string &name);
 // The first kind status line of plugin `name` ("" when it has none), or
