@@ -34,9 +34,15 @@ packages=(
   # compiler cache for the several build trees one checkout keeps
   # (-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
   ccache
+  # the mpi transport plugin and its tests under mpirun (label mpi); also the
+  # reference of tools/bench/compare
+  libopenmpi-dev openmpi-bin
+  # the Python bindings and their tests (bindings/python, label python), on
+  # Debian's /usr/bin/python3
+  python3-numpy python3-pytest
   # comparisons and plots (tools/bench/compare, a project of its own: the
-  # main build never needs these): Open MPI, Gloo, and matplotlib for --plot
-  libopenmpi-dev openmpi-bin libgloo-dev python3-matplotlib
+  # main build never needs these): Gloo, and matplotlib for --plot
+  libgloo-dev python3-matplotlib
 )
 
 missing=()
