@@ -173,6 +173,30 @@ TEST(LoaderTest, GoodFixtureAndCpuPluginLoadSideBySide) {
   expect_good_plugins_work(host);
 }
 
+// Two hosts of one process share a plugin's library: a second host that
+// refuses the cpu plugin (bad options) while the first holds it, and a host
+// made after one of two holders went, still load every other file as itself.
+TEST(LoaderTest, HostsSharingALibraryLoadEveryFileAsItself) {
+  TempDir dir;
+  dir.copy_in(fixture_path("good"));
+  dir.copy_in(plugin_path("cpu"));
+  Host first = make_host({dir.path().string()}, kPluginOptions);
+  ASSERT_EQ(plugin_names(first), (std::set<std::string>{"cpu", "mock"})) << describe_refused(first);
+  for (int round = 0; round < 3; ++round) {
+    Host refusing = make_host({dir.path().string()}, R"({"cpu": {"devices": "four"}})");
+    ASSERT_EQ(refusing.refused().size(), 1u) << describe_refused(refusing);
+    EXPECT_EQ(bp_error_code(refusing.refused()[0]), BP_CONFIG) << bp_error_json(refusing.refused()[0]);
+    EXPECT_EQ(plugin_names(refusing), std::set<std::string>{"mock"}) << describe_refused(refusing);
+  }
+  {
+    Host second = make_host({dir.path().string()}, kPluginOptions);
+    EXPECT_EQ(plugin_names(second), (std::set<std::string>{"cpu", "mock"})) << describe_refused(second);
+  }
+  Host third = make_host({dir.path().string()}, kPluginOptions);
+  EXPECT_EQ(plugin_names(third), (std::set<std::string>{"cpu", "mock"})) << describe_refused(third);
+  expect_good_plugins_work(third);
+}
+
 TEST(LoaderTest, PluginOptionsReachTheirKind) {
   TempDir dir;
   dir.copy_in(fixture_path("good"));

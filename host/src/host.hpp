@@ -62,15 +62,25 @@ struct GroupCounters {
   }
 };
 
+// A plugin file's identity to the system loader: its device and inode.
+using LoaderKey = std::pair<uint64_t, uint64_t>;
+// Lets go of one hold on the file's loader name; the last closes it. Under
+// dynamic_loader_mutex().
+void release_loader_name(const LoaderKey &key);
+
 // One plugin loaded into one host. Its descriptor and function table are
 // copied, zero-extended to this host's struct sizes, so a plugin built
 // against an older minor reads as if its missing fields were NULL.
 struct LoadedPlugin {
   std::string file;
   boost::dll::shared_library library;
-  // The descriptor the library was loaded through (/proc/self/fd/N): open
-  // while the library is mapped, since the system loader knows it by that name.
+  // The plugin file, opened and checked before it was mapped (its SHA-256
+  // is read through it).
   int library_fd = -1;
+  // The file's loader name (plugin_loader.cpp: the descriptor the system
+  // loader knows the library by), held while this plugin holds the library.
+  LoaderKey loader_key{};
+  bool holds_loader_name = false;
   bp_plugin_descriptor descriptor{};
   bp_plugin_functions functions{};
   bp_plugin_state *state = nullptr;

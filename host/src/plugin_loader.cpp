@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
@@ -384,11 +385,8 @@ class OpenedPluginFile {
     return {};
   }
   int fd() const { return fd_; }
-  // The path the system loader opens: the very file checked above.
-  std::string loader_path() const { return "/proc/self/fd/" + std::to_string(fd_); }
-  // The descriptor goes with the library once mapped: the system loader
-  // knows the library by this path, and a later file opened at the same
-  // descriptor number would otherwise be taken for it.
+  // The descriptor goes with the plugin (its SHA-256 is read through it);
+  // the system loader opens the file through a loader name of its own.
   int release() { return std::exchange(fd_, -1); }
 
  private:
@@ -402,6 +400,51 @@ std::string with_real_path(std::string message, const std::string &loader_path, 
     message.replace(at, loader_path.size(), path);
   return message;
 }
+
+// The names the system loader knows plugin libraries by. It takes
+// "/proc/self/fd/N" as a name of the library it maps, and also of one it had
+// mapped already from the same file (another host's, found by its inode):
+// once N closed, the next file opened at N would be taken for that library,
+// by name. So each file mapped has one descriptor of its own, the name every
+// host loads it through, closed when the last host that holds the library
+// lets it go (while the library is mapped, that name is never reused).
+struct LoaderName {
+  int fd = -1;
+  size_t holders = 0;
+};
+std::map<LoaderKey, LoaderName> &loader_names() {  // under dynamic_loader_mutex()
+  static auto *names = new std::map<LoaderKey, LoaderName>();  // never freed: hosts may outlive static destruction
+  return *names;
+}
+
+// The loader name of the file open at `fd`, one more holder counted.
+Expected<std::string> hold_loader_name(int fd, LoaderKey &key) {
+  struct stat status {};
+  if (::fstat(fd, &status) != 0) return Error(BP_PLUGIN_LOAD, std::string("cannot stat: ") + std::strerror(errno));
+  key = {status.st_dev, status.st_ino};
+  auto [name, fresh] = loader_names().try_emplace(key);
+  if (fresh) {
+    name->second.fd = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (name->second.fd < 0) {
+      const int error = errno;
+      loader_names().erase(name);
+      return Error(BP_PLUGIN_LOAD, std::string("cannot keep a descriptor of it: ") + std::strerror(error));
+    }
+  }
+  ++name->second.holders;
+  return "/proc/self/fd/" + std::to_string(name->second.fd);
+}
+
+}  // namespace
+
+void release_loader_name(const LoaderKey &key) {
+  auto name = loader_names().find(key);
+  if (name == loader_names().end() || --name->second.holders > 0) return;
+  ::close(name->second.fd);
+  loader_names().erase(name);
+}
+
+namespace {
 
 // Where unloading is not safe, a plugin's library stays mapped until the
 // process ends: code a plugin left running (a pool thread of a plugin that
@@ -461,17 +504,21 @@ Status open_and_enter(const bp_host &host, const fs::path &file, Candidate &cand
   }
 
   auto plugin = std::make_unique<LoadedPlugin>();
+  std::string given_loader_path;
   plugin->file = one_line_utf8(path);  // for listings; `file` itself is what is opened
   if (pinned_file_sha256) plugin->set_sha256(std::move(*pinned_file_sha256));
   try {
     std::lock_guard lock(dynamic_loader_mutex());
     // Immediate binding: an unresolved symbol fails here, with the system
     // loader's message, not at the first call.
-    plugin->library.load(opened.loader_path(),
-                         boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
+    Expected<std::string> loader_path = hold_loader_name(opened.fd(), plugin->loader_key);
+    if (!loader_path) return Error(BP_PLUGIN_LOAD, "cannot load plugin '" + path + "': " + loader_path.error().message());
+    plugin->holds_loader_name = true;  // released by the plugin's destructor, loaded or not
+    given_loader_path = *loader_path;
+    plugin->library.load(*loader_path, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
     plugin->library_fd = opened.release();
   } catch (const std::exception &exception) {
-    const std::string reason = with_real_path(system_loader_message(exception.what()), opened.loader_path(), path);
+    const std::string reason = with_real_path(system_loader_message(exception.what()), given_loader_path, path);
     return Error(BP_PLUGIN_LOAD, "cannot load plugin '" + path + "': " + reason)
         .with("reason", reason)
         .hint("check that the file is a complete shared object built for this machine and that its "
@@ -947,6 +994,7 @@ LoadedPlugin::~LoadedPlugin() {
   }
   std::lock_guard lock(dynamic_loader_mutex());
   library.unload();
+  if (holds_loader_name) release_loader_name(loader_key);
   if (library_fd >= 0) ::close(library_fd);
 }
 

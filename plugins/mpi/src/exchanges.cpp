@@ -266,8 +266,12 @@ std::int32_t start_exchange(bp_plugin_state &state, bp_transport_comm &comm, con
       case BP_ALL_REDUCE:
         request->average_memory = recv;
         request->average_elements = x.count;
+        // Two processes only, for now: with three under heavy oversubscription
+        // (two busy loops beside mpirun -np 3 on 2 cores) a run of the mpi
+        // tests stalled with these exchanges and passed without them; the
+        // cause is not found yet (README.md, "All-reduce on point-to-point messages").
         if (const std::uint64_t bytes = x.count * element_bytes;
-            bytes <= comm.doubling_bytes || bytes <= comm.halving_bytes) {
+            P == 2 && (bytes <= comm.doubling_bytes || bytes <= comm.halving_bytes)) {
           const bool halving = bytes > comm.doubling_bytes;
           request->mpi_call = halving ? "MPI_Isend/MPI_Irecv (recursive halving and doubling)"
                                       : "MPI_Isend/MPI_Irecv (recursive doubling)";
