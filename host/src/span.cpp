@@ -1168,18 +1168,22 @@ namespace {
 Status run_spanning_calls(bp_group &group, const bp_collective_request &request,
                           const std::vector<bp_plugin_buffer *> &send, const std::vector<bp_plugin_buffer *> &recv);
 
+// A call that failed on this process outside an exchange breaks the group,
+// unless an exchange's failure already did (and said why).
+void failed_here(Span &span, const bp_collective_request &request, const std::string &why) {
+  if (span.broken.load(std::memory_order_relaxed)) return;
+  span.broken_reason = "call " + std::to_string(span.calls) + " (" + operation_of(request) + ") failed on process " +
+                       std::to_string(span.process_index) + ": " + why;
+  span.broken.store(true, std::memory_order_release);
+}
+
 Status run_spanning_on(bp_group &group, const bp_collective_request &request,
                        const std::vector<bp_plugin_buffer *> &send, const std::vector<bp_plugin_buffer *> &recv) {
   try {
     return run_spanning_calls(group, request, send, recv);
   } catch (...) {
     // Between exchanges, maybe: the others may wait in one this process left.
-    Span &span = *group.span;
-    if (!span.broken.load(std::memory_order_relaxed)) {
-      span.broken_reason = "call " + std::to_string(span.calls) + " (" + operation_of(request) +
-                           ") failed on process " + std::to_string(span.process_index) + " with an exception";
-      span.broken.store(true, std::memory_order_release);
-    }
+    failed_here(*group.span, request, "an exception");
     throw;
   }
 }
@@ -1203,10 +1207,7 @@ Status run_spanning_calls(bp_group &group, const bp_collective_request &request,
   if (span.staged && request.collective != BP_BARRIER && request.count != 0) {
     if (Status status = staged.up(); !status) {
       // Before its first exchange: the others wait in it for this process.
-      span.broken_reason = "call " + std::to_string(span.calls) + " (" + operation_of(request) +
-                           ") failed on process " + std::to_string(span.process_index) + ": " +
-                           status.error().message();
-      span.broken.store(true, std::memory_order_release);
+      failed_here(span, request, status.error().message());
       return status;
     }
   }
@@ -1217,14 +1218,9 @@ Status run_spanning_calls(bp_group &group, const bp_collective_request &request,
   // Nothing moves on any process (the guard saw the same count everywhere).
   if (request.collective != BP_BARRIER && request.count == 0) return {};
   Status status = call.run();
-  if (!status && !span.broken.load(std::memory_order_relaxed)) {
-    // Failed here before or between its exchanges: the others may be
-    // waiting in one, which this process's next call would be paired with.
-    span.broken_reason = "call " + std::to_string(span.calls) + " (" + operation_of(request) +
-                         ") failed on process " + std::to_string(span.process_index) + ": " +
-                         status.error().message();
-    span.broken.store(true, std::memory_order_release);
-  }
+  // Failed here before or between its exchanges: the others may be waiting
+  // in one, which this process's next call would be paired with.
+  if (!status) failed_here(span, request, status.error().message());
   if (!status || !staged.copied()) return status;
   // Every exchange completed: a copy back that fails leaves the processes in step.
   return staged.down();
